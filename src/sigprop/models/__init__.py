@@ -1,0 +1,6 @@
+"""Model configuration and the four architectures."""
+from .build import ARCHITECTURES, build_model
+from .config import ModelConfig
+from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
+
+__all__ = ["ModelConfig", "build_model", "ARCHITECTURES", "DecoderLM", "EncoderMLM", "EncoderDecoder", "ViT"]

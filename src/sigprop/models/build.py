@@ -1,0 +1,19 @@
+"""`build_model`: construct the architecture a `ModelConfig` names and initialize it by its scheme."""
+from __future__ import annotations
+
+from torch import nn
+
+from ..schemes import get_scheme, initialize
+from .config import ModelConfig
+from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
+
+ARCHITECTURES: dict[str, type[nn.Module]] = {
+    "decoder": DecoderLM, "encoder": EncoderMLM, "encdec": EncoderDecoder, "vit": ViT,
+}
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic."""
+    model = ARCHITECTURES[cfg.arch](cfg)
+    initialize(model, cfg, get_scheme(cfg.scheme))
+    return model

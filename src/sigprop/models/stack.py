@@ -1,0 +1,60 @@
+"""A stack of transformer blocks assembled from a `ModelConfig` and its scheme.
+
+The scheme supplies the norm placement, attention kind, activation and every (α, β); this
+file only wires modules together, so adding a scheme never touches it.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..nn import Attention, Block, MLP, ShapedAttention, Sublayer, make_activation, make_norm
+from ..nn.roles import tag_site
+from ..schemes import Scheme, Site, get_scheme
+from .config import ModelConfig
+
+PLACEMENT = {"preln": "pre", "postln": "post", "none": "none"}
+
+
+def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attention: bool = True) -> Attention:
+    """The scheme's attention module; shaped cross-attention has no identity term (T ≠ S)."""
+    if scheme.attention == "shaped":
+        return ShapedAttention(cfg.d_model, cfg.n_heads, causal=causal, tau0=cfg.tau0, mode=cfg.shaping,
+                               identity=self_attention, bias=cfg.bias)
+    return Attention(cfg.d_model, cfg.n_heads, causal=causal, bias=cfg.bias)
+
+
+class Stack(nn.Module):
+    """``n`` blocks of stack ``name`` ("enc" | "dec"), plus a final norm for Pre-LN placements.
+
+    x: (B, T, d) -> (B, T, d).
+    """
+
+    def __init__(self, cfg: ModelConfig, name: str, n: int, causal: bool, cross: bool = False) -> None:
+        super().__init__()
+        scheme = get_scheme(cfg.scheme)
+        placement = PLACEMENT[cfg.norm]
+
+        def sublayer(fn: nn.Module, layer: int, kind: str) -> Sublayer:
+            alpha, beta = scheme.residual(cfg, Site(name, layer, kind))
+            norm = None if placement == "none" else make_norm(cfg.norm_type, cfg.d_model)
+            return Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual)
+
+        blocks = []
+        for layer in range(n):
+            act = make_activation(scheme.activation(cfg), cfg.d_model, cfg.c_plus, cfg.c_minus, cfg.shaping)
+            block = Block(
+                attn=sublayer(make_attention(cfg, scheme, causal), layer, "attn"),
+                cross=sublayer(make_attention(cfg, scheme, False, False), layer, "cross") if cross else None,
+                mlp=sublayer(MLP(cfg.d_model, cfg.d_ff, act, cfg.bias), layer, "mlp"),
+            )
+            tag_site(block, name, layer)
+            blocks.append(block)
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if placement == "pre" else nn.Identity()
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, key_mask, memory, memory_mask)
+        return self.final_norm(x)

@@ -1,0 +1,94 @@
+"""Multi-head softmax attention on `scaled_dot_product_attention`.
+
+out = Softmax(Q Kᵀ · scale + mask) V W_O,  Q = x W_Q, K = kv W_K, V = kv W_V  (per head),
+with scale = 1/√d_head unless given. `ShapedAttention` subclasses this and changes only `mix`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .roles import tag_linear
+
+
+def attention_mask(t: int, s: int, causal: bool, key_mask: torch.Tensor | None,
+                   device: torch.device | None = None) -> torch.Tensor | None:
+    """Boolean mask (B|1, 1, T, S), True where query i may attend key j; None when nothing is masked.
+
+    key_mask: (B, S) bool, True for real tokens (False = padding).
+    """
+    mask = None
+    if causal:
+        mask = torch.ones(t, s, dtype=torch.bool, device=device).tril()[None, None]
+    if key_mask is not None:
+        km = key_mask.to(torch.bool)[:, None, None, :]   # (B, 1, 1, S)
+        mask = km if mask is None else mask & km
+    return mask
+
+
+class Attention(nn.Module):
+    """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear`."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = False, bias: bool = False,
+                 scale: float | None = None) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.causal = d_model, n_heads, causal
+        self.d_head = d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.d_head) if scale is None else scale
+        self.q_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "q")
+        self.k_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "k")
+        self.v_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "v")
+        self.o_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "o")
+
+    def _split(self, y: torch.Tensor) -> torch.Tensor:
+        b, t, _ = y.shape
+        return y.view(b, t, self.n_heads, self.d_head).transpose(1, 2)   # (B, H, T, dh)
+
+    def qkv(self, x: torch.Tensor, kv: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head projections, each (B, H, T|S, dh); ``kv`` defaults to ``x`` (self-attention)."""
+        kv = x if kv is None else kv
+        return self._split(self.q_proj(x)), self._split(self.k_proj(kv)), self._split(self.v_proj(kv))
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            key_mask: torch.Tensor | None) -> torch.Tensor:
+        """Softmax(QKᵀ·scale + mask) V, (B, H, T, dh), without materializing the (T, S) matrix."""
+        if key_mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale)
+        mask = attention_mask(q.shape[-2], k.shape[-2], self.causal, key_mask, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, T, d), kv: (B, S, d) or None, key_mask: (B, S) bool -> (B, T, d)."""
+        y = self.mix(*self.qkv(x, kv), key_mask)                          # (B, H, T, dh)
+        return self.o_proj(y.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
+
+    def logits(self, q: torch.Tensor, k: torch.Tensor,
+               key_mask: torch.Tensor | None) -> torch.Tensor:
+        """Scaled logits QKᵀ·scale, (B, H, T, S), with masked entries set to -inf."""
+        logits = (q @ k.transpose(-2, -1)) * self.scale
+        mask = attention_mask(q.shape[-2], k.shape[-2], self.causal, key_mask, q.device)
+        return logits if mask is None else logits.masked_fill(~mask, float("-inf"))
+
+    def probabilities(self, q: torch.Tensor, k: torch.Tensor,
+                      key_mask: torch.Tensor | None) -> torch.Tensor:
+        """Explicit Softmax(QKᵀ·scale + mask), (B, H, T, S)."""
+        return self.logits(q, k, key_mask).softmax(-1)
+
+    def attention_matrix(self, x: torch.Tensor, kv: torch.Tensor | None = None,
+                         key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The mixing matrix A with mix(Q, K, V) = A V, (B, H, T, S), for diagnostics."""
+        q, k, _ = self.qkv(x, kv)
+        return self.probabilities(q, k, key_mask)
+
+    def max_logit(self, x: torch.Tensor, kv: torch.Tensor | None = None,
+                  key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Largest unmasked scaled attention logit, a scalar tensor (a saturation diagnostic)."""
+        q, k, _ = self.qkv(x, kv)
+        return self.logits(q, k, key_mask).amax()

@@ -1,0 +1,51 @@
+"""Residual sublayers and transformer blocks; the norm placement and α, β come from the scheme.
+
+Sublayer (one residual site), with D = dropout:
+  pre:  x ← α x + β D(f(N(x)))
+  post: x ← N(α x + β D(f(x)))
+  none: x ← α x + β D(f(x))
+Block: self-attention sublayer, optional cross-attention sublayer, MLP sublayer.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .residual import Residual
+
+PLACEMENTS = ("pre", "post", "none")
+
+
+class Sublayer(nn.Module):
+    """Wraps ``fn`` with its norm, residual scaling and dropout."""
+
+    def __init__(self, fn: nn.Module, norm: nn.Module | None, placement: str, alpha: float,
+                 beta: float, dropout: float = 0.0, learn_residual: bool = False) -> None:
+        super().__init__()
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if (norm is None) != (placement == "none"):
+            raise ValueError(f"placement {placement!r} needs {'no ' if placement == 'none' else 'a '}norm")
+        self.fn, self.norm, self.placement = fn, norm, placement
+        self.residual = Residual(alpha, beta, learn_residual)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        h = self.norm(x) if self.placement == "pre" else x
+        y = self.residual(x, self.drop(self.fn(h, *args, **kwargs)))
+        return self.norm(y) if self.placement == "post" else y
+
+
+class Block(nn.Module):
+    """x: (B, T, d) -> (B, T, d); ``memory`` (B, S, d) feeds the cross-attention sublayer if any."""
+
+    def __init__(self, attn: Sublayer, mlp: Sublayer, cross: Sublayer | None = None) -> None:
+        super().__init__()
+        self.attn, self.cross, self.mlp = attn, cross, mlp
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.attn(x, key_mask=key_mask)
+        if self.cross is not None:
+            x = self.cross(x, kv=memory, key_mask=memory_mask)
+        return self.mlp(x)

@@ -1,0 +1,35 @@
+"""Position-wise feed-forward block: fc2(φ(fc1(x))), d → d_ff → d."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .roles import tag_linear
+from .shaped_relu import ShapedReLU
+
+ACTIVATIONS = ("relu", "gelu", "shaped_relu")
+
+
+def make_activation(kind: str, width: int, c_plus: float = 0.0, c_minus: float = -1.0,
+                    mode: str = "fixed") -> nn.Module:
+    """ReLU, exact-erf GeLU, or `ShapedReLU` (shaping width, c±, mode used only by the latter)."""
+    if kind == "relu":
+        return nn.ReLU()
+    if kind == "gelu":
+        return nn.GELU()
+    if kind == "shaped_relu":
+        return ShapedReLU(width, c_plus, c_minus, mode)
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {kind!r}")
+
+
+class MLP(nn.Module):
+    """x: (..., d) -> (..., d)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: nn.Module, bias: bool = False) -> None:
+        super().__init__()
+        self.fc1 = tag_linear(nn.Linear(d_model, d_ff, bias=bias), "ffn_in")
+        self.act = activation
+        self.fc2 = tag_linear(nn.Linear(d_ff, d_model, bias=bias), "ffn_out")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))

@@ -1,0 +1,96 @@
+"""Shaped attention (Noci et al., NeurIPS 2023, §2).
+
+    A = γ₁ I + Softmax(Q Kᵀ / τ + mask) − γ₂ C,     τ = τ₀ √(n · n_k),
+
+n = d_model, n_k = d_head, C = the softmax of all-zero logits under the same mask (row i is
+uniform over the m_i keys it may see: 1/m_i for causal and padding masks). At initialization
+Softmax(Y/τ) = C + O(1/τ), so A = γ₁I + O(1/√n): each layer is a small perturbation of the
+identity and the token covariance follows an SDE in t = depth/width instead of collapsing.
+The 1/√n in τ is equivalent at init to the paper's training form τ = √n_k with Q/K weight
+variance reduced by 1/n (Appendix D).
+
+Fused form: A V = γ₁ V + SDPA(Q, K, V) − γ₂ C V, where C V is a (cumulative) masked mean of V,
+so no (T, S) matrix is ever materialized. γ₁, γ₂ are per head; ``mode`` makes them fixed
+buffers ("fixed"/"recover", set by `set_shape` from a schedule) or trainable ("learn").
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import Attention, attention_mask
+from .roles import tag
+
+SHAPING_MODES = ("fixed", "recover", "learn")
+
+
+def masked_mean(v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) -> torch.Tensor:
+    """C V: row i averages v over the keys it may see. v: (B, H, S, dh) -> (B, H, S, dh) if causal,
+    else (B, H, 1, dh), which broadcasts over any number of queries."""
+    if key_mask is None:
+        if causal:
+            counts = torch.arange(1, v.shape[-2] + 1, device=v.device, dtype=v.dtype)
+            return v.cumsum(-2) / counts[:, None]
+        return v.mean(-2, keepdim=True)
+    w = key_mask.to(v.dtype)[:, None, :, None]                               # (B, 1, S, 1)
+    if causal:
+        return (v * w).cumsum(-2) / w.cumsum(-2).clamp_min(1.0)
+    return (v * w).sum(-2, keepdim=True) / w.sum(-2, keepdim=True).clamp_min(1.0)
+
+
+class ShapedAttention(Attention):
+    """Multi-head shaped attention; drop-in for `Attention`.
+
+    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
+                 gamma1: float = 1.0, gamma2: float = 1.0, mode: str = "fixed",
+                 identity: bool = True, bias: bool = False) -> None:
+        if tau0 <= 0:
+            raise ValueError(f"tau0 must be > 0, got {tau0}")
+        if mode not in SHAPING_MODES:
+            raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
+        d_head = d_model // max(n_heads, 1)
+        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / (tau0 * math.sqrt(d_model * d_head)))
+        self.tau0, self.identity, self.mode = tau0, identity, mode
+        g1 = torch.full((n_heads,), float(gamma1) if identity else 0.0)
+        g2 = torch.full((n_heads,), float(gamma2))
+        if mode == "learn":
+            self.gamma1, self.gamma2 = nn.Parameter(g1), nn.Parameter(g2)
+            tag(self.gamma1, "constant")
+            tag(self.gamma2, "constant")
+        else:
+            self.register_buffer("gamma1", g1)
+            self.register_buffer("gamma2", g2)
+
+    @torch.no_grad()
+    def set_shape(self, gamma1: float, gamma2: float) -> None:
+        """Set γ₁ (ignored without identity) and γ₂ for every head, e.g. from the Recover schedule."""
+        if self.identity:
+            self.gamma1.fill_(gamma1)
+        self.gamma2.fill_(gamma2)
+
+    def _g(self, g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return g.to(like.dtype).view(1, -1, 1, 1)                           # (1, H, 1, 1)
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            key_mask: torch.Tensor | None) -> torch.Tensor:
+        """A V = γ₁ V + Softmax(QKᵀ/τ + mask) V − γ₂ C V, (B, H, T, dh)."""
+        y = super().mix(q, k, v, key_mask) - self._g(self.gamma2, v) * masked_mean(v, self.causal, key_mask)
+        return y + self._g(self.gamma1, v) * v if self.identity else y
+
+    def attention_matrix(self, x: torch.Tensor, kv: torch.Tensor | None = None,
+                         key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The explicit shaped matrix A = γ₁I + Softmax − γ₂C, (B, H, T, S); rows sum to γ₁ + 1 − γ₂."""
+        q, k, _ = self.qkv(x, kv)
+        t, s = q.shape[-2], k.shape[-2]
+        a = self.probabilities(q, k, key_mask)
+        mask = attention_mask(t, s, self.causal, key_mask, q.device)
+        keep = torch.ones(1, 1, t, s, dtype=a.dtype, device=a.device) if mask is None else mask.to(a.dtype)
+        a = a - self._g(self.gamma2, a) * keep / keep.sum(-1, keepdim=True).clamp_min(1.0)
+        if self.identity:
+            a = a + self._g(self.gamma1, a) * torch.eye(t, s, dtype=a.dtype, device=a.device)
+        return a

@@ -1,0 +1,46 @@
+"""Shaped ReLU (Li, Nica, Roy 2022): φ_s(x) = √c · (s₊ max(x, 0) + s₋ min(x, 0)).
+
+s± = 1 + c±/√n, so the activation tends to the identity as the width n grows and each layer
+perturbs the kernel by O(1/n); c = 1/E[φ(g)²] = 2/(s₊² + s₋²) (g ~ N(0, 1)) keeps unit second
+moment. Kernel drift: n·(E[φ_s(u)φ_s(v)] − ρ) → ν(ρ), `sigprop.theory.kernels.shaped_relu_nu`.
+s₋ is a fixed buffer ("fixed"; "recover" schedules it to 0 with `set_slope`, recovering a
+ReLU) or trainable ("learn").
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .roles import tag
+from .shaped_attention import SHAPING_MODES
+
+
+class ShapedReLU(nn.Module):
+    """Elementwise shaped ReLU with normalization; any input shape."""
+
+    def __init__(self, width: int, c_plus: float = 0.0, c_minus: float = -1.0, mode: str = "fixed") -> None:
+        super().__init__()
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
+        if mode not in SHAPING_MODES:
+            raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
+        self.width, self.mode = width, mode
+        self.s_plus = 1.0 + c_plus / math.sqrt(width)
+        s_minus = torch.tensor(1.0 + c_minus / math.sqrt(width))
+        if mode == "learn":
+            self.s_minus = nn.Parameter(s_minus)
+            tag(self.s_minus, "constant")
+        else:
+            self.register_buffer("s_minus", s_minus)
+
+    @torch.no_grad()
+    def set_slope(self, s_minus: float) -> None:
+        """Set the negative slope s₋ (the Recover schedule drives it to 0)."""
+        self.s_minus.fill_(s_minus)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s_minus = self.s_minus.to(x.dtype)
+        scale = torch.rsqrt((self.s_plus ** 2 + s_minus ** 2) / 2)
+        return scale * torch.where(x >= 0, self.s_plus * x, s_minus * x)

@@ -1,0 +1,23 @@
+"""Init and residual-scaling schemes, one file each, selected by ``ModelConfig.scheme``.
+
+Adding a scheme: write ``schemes/<name>.py`` with a `Scheme` subclass and list it below.
+"""
+from .base import ParamInfo, Scheme, Site, initialize
+from .deepnorm import DeepNorm
+from .dslm import DSLM
+from .postln import PostLN
+from .preln import PreLN
+from .shaped import Shaped
+from .vanilla import Vanilla
+
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm())}
+
+
+def get_scheme(name: str) -> Scheme:
+    """The registered scheme called ``name``."""
+    if name not in SCHEMES:
+        raise ValueError(f"ModelConfig.scheme must be one of {tuple(SCHEMES)}, got {name!r}")
+    return SCHEMES[name]
+
+
+__all__ = ["SCHEMES", "get_scheme", "Scheme", "Site", "ParamInfo", "initialize"]

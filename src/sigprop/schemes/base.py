@@ -1,0 +1,121 @@
+"""The scheme interface, and the one init pass every scheme shares.
+
+A scheme decides, from a `ModelConfig`: where norms sit, which attention and activation the
+blocks use, the residual weights (α, β) of every sublayer, and the initial std of every
+parameter role. Model code asks; it never branches on scheme names.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ..nn.roles import role_of, site_of
+
+
+@dataclass(frozen=True)
+class Site:
+    """One residual site: ``stack`` "enc"/"dec", 0-based ``layer``, ``sublayer`` "attn"/"cross"/"mlp"."""
+
+    stack: str
+    layer: int
+    sublayer: str
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """What an init rule may know about a parameter. Linear weights are (fan_out, fan_in)."""
+
+    role: str
+    stack: str | None
+    layer: int | None
+    shape: tuple[int, ...]
+
+    @property
+    def fan_in(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def fan_out(self) -> int:
+        return self.shape[0]
+
+
+def stack_layers(cfg: Any, stack: str) -> int:
+    """Number of blocks in ``stack``: the decoder of an encdec has ``n_dec_layers``."""
+    return cfg.n_dec_layers if (stack == "dec" and cfg.arch == "encdec") else cfg.n_layers
+
+
+def sublayers_per_block(cfg: Any, stack: str) -> int:
+    """Residual branches per block: 3 in an encdec decoder (self, cross, MLP), else 2."""
+    return 3 if (stack == "dec" and cfg.arch == "encdec") else 2
+
+
+def xavier_std(fan_in: int, fan_out: int, gain: float = 1.0) -> float:
+    """Glorot normal: gain·√(2/(fan_in + fan_out))."""
+    return gain * math.sqrt(2.0 / (fan_in + fan_out))
+
+
+class Scheme:
+    """Base class: Xavier-style init, unit residual weights. Subclasses override what differs."""
+
+    name: ClassVar[str]
+    norms: ClassVar[tuple[str, ...]]      # allowed ModelConfig.norm values, the first is the default
+    attention: ClassVar[str] = "softmax"  # "softmax" | "shaped"
+
+    def check(self, cfg: Any) -> None:
+        """Raise ValueError for config fields this scheme cannot honour."""
+        if cfg.residual_lambda is not None or cfg.residual_gamma is not None:
+            raise ValueError(f"ModelConfig.residual_lambda/residual_gamma are used only by schemes "
+                             f"'shaped' and 'dslm'; scheme {self.name!r} fixes its own residual weights")
+
+    def activation(self, cfg: Any) -> str:
+        return cfg.activation
+
+    def residual(self, cfg: Any, site: Site) -> tuple[float, float]:
+        """(α, β) in x ← α x + β f(x)."""
+        return 1.0, 1.0
+
+    def std(self, cfg: Any, p: ParamInfo) -> float:
+        """Standard (Xavier-like) init, as the DeepScaleLM baseline: Q, K, V √(2/(d + d_head)),
+        O √(1/d), FFN √(2/(d + d_ff)), embeddings and heads √(1/d), patches Xavier."""
+        d, dh = cfg.d_model, cfg.d_model // cfg.n_heads
+        if p.role in ("q", "k", "v"):
+            return xavier_std(d, dh)
+        if p.role in ("ffn_in", "ffn_out", "patch"):
+            return xavier_std(p.fan_in, p.fan_out)
+        if p.role in ("o", "embed", "pos", "cls", "head"):
+            return math.sqrt(1.0 / d)
+        raise KeyError(f"scheme {self.name!r} has no init rule for role {p.role!r}")
+
+    def logit_scale(self, cfg: Any) -> float:
+        """Multiplier on the hidden state before tied-embedding logits: 1/√(d σ_e²), so logits
+        have unit variance when the final hidden state does."""
+        s = self.std(cfg, ParamInfo("embed", None, None, (cfg.vocab_size, cfg.d_model)))
+        return 1.0 / (s * math.sqrt(cfg.d_model))
+
+
+@torch.no_grad()
+def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
+    """Initialize every parameter of ``model`` from its role; returns counts per role.
+
+    Weights ~ N(0, std²) with std from ``scheme.std``; ``bias`` → 0; ``norm`` gains → 1;
+    ``constant`` (shaping/residual scalars) keep the value their module was built with.
+    Every parameter must carry a role: an untagged one is an error, never silently skipped.
+    """
+    counts: dict[str, int] = {}
+    for name, p in model.named_parameters():          # shared (tied) parameters are listed once
+        role = role_of(p)
+        if role is None:
+            raise RuntimeError(f"parameter {name!r} has no role tag; tag it where it is built")
+        if role == "bias":
+            p.zero_()
+        elif role == "norm":
+            p.fill_(1.0)
+        elif role != "constant":
+            stack, layer = site_of(p) or (None, None)
+            p.normal_(0.0, scheme.std(cfg, ParamInfo(role, stack, layer, tuple(p.shape))))
+        counts[role] = counts.get(role, 0) + 1
+    return counts

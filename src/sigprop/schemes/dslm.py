@@ -1,0 +1,103 @@
+"""DeepScaleLM (Kedia et al., ICML 2024): unit moments through depth for Pre-LN and Post-LN.
+
+Residual, at every sublayer: x ← λ x + β D(f(x)), λ² + β² = 1, β² = k/N with N the number of
+residual branches in the stack (2 per block, 3 in an encdec decoder) and k = ``dslm_k`` (2).
+Invariant: if x and f(x) have unit variance, so does every sublayer output.
+
+Init (all N(0, σ²), p = dropout, d = d_model, T = 2 summed embedding tables):
+  embeddings      σ² = (1−p)/T                         unit variance after embedding dropout
+  Q, K            σ² = 1/d
+  V, O            σ² = √((1−p)/r_l)/d                  d²σ_v²σ_o² r_l/(1−p) = 1 (large-L attention)
+  FFN, ReLU-like  σ₁² = σ₂² = √((1−p)/(m₂ d d_ff))      d_ff d σ₁²σ₂² m₂/(1−p) = 1
+  FFN, GeLU       σ₁² = 1/d, σ₂² = (1−p)/(m₂ d_ff)      same product; unit pre-activation variance
+with m₂ = E[φ(g)²], g ~ N(0,1) (½ for ReLU, 1 for shaped ReLU). For d_ff = 4d and ReLU this is
+the authors' √((1−p)/2)/d. r_l, the input token correlation of block l, follows the authors'
+recursion: r₀ = (1−p)·r_emb; attention block output correlation 1−p; FFN block output
+correlation (1−p)·κ(r) with κ the normalized activation kernel; residual mix r ← λ²r + β²r_f.
+r_emb = P(two positions hold the same token)/T under a Zipf unigram law (``dslm_r0`` overrides).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel
+from .base import ParamInfo, Scheme, Site, stack_layers, sublayers_per_block
+from .shaped import unit_residual
+
+HOMOGENEOUS = ("relu", "shaped_relu")
+
+
+def zipf_collision(vocab_size: int) -> float:
+    """Σ p_i² for Zipf p_i ∝ 1/i over ``vocab_size`` tokens: P(two draws are the same token)."""
+    h1 = sum(1.0 / i for i in range(1, vocab_size + 1))
+    h2 = sum(1.0 / i ** 2 for i in range(1, vocab_size + 1))
+    return h2 / h1 ** 2
+
+
+def activation_kernel(activation: str, rho: float) -> float:
+    """κ(ρ) = E[φ(u)φ(v)]/E[φ(u)²] for unit Gaussians with correlation ρ (ReLU-like: closed form)."""
+    if activation in HOMOGENEOUS:
+        return relu_kernel(rho)     # the shaped ReLU differs by O(1/√n) slopes; ReLU is its n → ∞ kernel
+    gelu = torch.nn.functional.gelu
+    return gaussian_kernel(gelu, rho) / gaussian_moment(lambda x: gelu(x) ** 2)
+
+
+def second_moment(activation: str) -> float:
+    """m₂ = E[φ(g)²], g ~ N(0, 1)."""
+    if activation == "relu":
+        return 0.5
+    if activation == "shaped_relu":
+        return 1.0                  # normalized by construction
+    return gaussian_moment(lambda x: torch.nn.functional.gelu(x) ** 2)
+
+
+@lru_cache(maxsize=64)
+def block_correlations(cfg: Any, stack: str) -> tuple[float, ...]:
+    """Predicted input token correlation r_l of every block of ``stack`` (the authors' recursion)."""
+    p = cfg.dropout
+    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision(cfg.vocab_size) / 2) * (1 - p)
+    lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
+    out = []
+    for _ in range(stack_layers(cfg, stack)):
+        out.append(r)
+        for _ in range(sublayers_per_block(cfg, stack) - 1):       # self (and cross) attention
+            r = lam ** 2 * r + beta ** 2 * (1 - p)
+        r = lam ** 2 * r + beta ** 2 * (1 - p) * activation_kernel(cfg.activation, r)
+    return tuple(out)
+
+
+class DSLM(Scheme):
+    name = "dslm"
+    norms = ("preln", "postln")
+
+    def check(self, cfg: Any) -> None:
+        if cfg.dslm_k <= 0:
+            raise ValueError(f"ModelConfig.dslm_k must be > 0, got {cfg.dslm_k}")
+        if cfg.dslm_r0 is not None and not 0 < cfg.dslm_r0 <= 1:
+            raise ValueError(f"ModelConfig.dslm_r0 must be in (0, 1], got {cfg.dslm_r0}")
+
+    def residual(self, cfg: Any, site: Site) -> tuple[float, float]:
+        n_branches = stack_layers(cfg, site.stack) * sublayers_per_block(cfg, site.stack)
+        return unit_residual(cfg, math.sqrt(min(1.0, cfg.dslm_k / n_branches)))
+
+    def std(self, cfg: Any, p: ParamInfo) -> float:
+        d, drop = cfg.d_model, cfg.dropout
+        if p.role in ("embed", "pos", "cls"):
+            return math.sqrt((1 - drop) / 2)
+        if p.role == "patch":
+            return math.sqrt((1 - drop) / (2 * p.fan_in))
+        if p.role in ("q", "k", "head"):
+            return math.sqrt(1.0 / d)
+        if p.role in ("v", "o"):
+            r = block_correlations(cfg, p.stack)[p.layer]
+            return math.sqrt(math.sqrt((1 - drop) / r) / d)
+        if p.role in ("ffn_in", "ffn_out"):
+            m2 = second_moment(cfg.activation)
+            if cfg.activation in HOMOGENEOUS:
+                return math.sqrt(math.sqrt((1 - drop) / (m2 * d * cfg.d_ff)))
+            return math.sqrt(1.0 / d) if p.role == "ffn_in" else math.sqrt((1 - drop) / (m2 * cfg.d_ff))
+        raise KeyError(f"scheme 'dslm' has no init rule for role {p.role!r}")

@@ -1,0 +1,1 @@
+"""Ensembles of finite networks at initialization."""

@@ -1,0 +1,1 @@
+"""Analytic signal-propagation theory: pure maths, no modules."""
