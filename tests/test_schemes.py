@@ -1,0 +1,137 @@
+"""Each scheme's init and residual rules, checked against independently written formulas and MC."""
+import math
+
+import pytest
+import torch
+
+from sigprop import ModelConfig, build_model
+from sigprop.nn.roles import role_of, site_of
+from sigprop.schemes.deepnorm import deepnorm_constants
+from sigprop.schemes.dslm import block_correlations
+
+D, H, FF = 64, 4, 256
+
+
+def expected_std(cfg: ModelConfig, role: str, shape, site) -> float | None:
+    """The published formulas, written out again per scheme (None: not a random weight)."""
+    d, dh, p = cfg.d_model, cfg.d_model // cfg.n_heads, cfg.dropout
+    fan_out, fan_in = shape[0], shape[-1]
+    if role in ("bias", "norm", "constant"):
+        return None
+    if cfg.scheme in ("preln", "postln", "vanilla"):
+        return {"q": math.sqrt(2 / (d + dh)), "k": math.sqrt(2 / (d + dh)), "v": math.sqrt(2 / (d + dh)),
+                "o": math.sqrt(1 / d), "ffn_in": math.sqrt(2 / (5 * d)), "ffn_out": math.sqrt(2 / (5 * d)),
+                "embed": math.sqrt(1 / d), "pos": math.sqrt(1 / d)}[role]
+    if cfg.scheme == "shaped":
+        return math.sqrt(0.5) if role in ("embed", "pos") else 1 / math.sqrt(fan_in)
+    if cfg.scheme == "deepnorm":
+        n = cfg.n_layers
+        beta = (8 * n) ** -0.25
+        return {"q": math.sqrt(1 / d), "k": math.sqrt(1 / d), "v": beta * math.sqrt(1 / d),
+                "o": beta * math.sqrt(1 / d), "ffn_in": beta * math.sqrt(2 / (5 * d)),
+                "ffn_out": beta * math.sqrt(2 / (5 * d)), "embed": math.sqrt(1 / d), "pos": math.sqrt(1 / d)}[role]
+    assert cfg.scheme == "dslm"
+    if role in ("v", "o"):
+        return (math.sqrt((1 - p) / block_correlations(cfg, site[0])[site[1]]) / d) ** 0.5
+    return {"q": math.sqrt(1 / d), "k": math.sqrt(1 / d), "ffn_in": math.sqrt(math.sqrt((1 - p) / 2) / d),
+            "ffn_out": math.sqrt(math.sqrt((1 - p) / 2) / d), "embed": math.sqrt((1 - p) / 2),
+            "pos": math.sqrt((1 - p) / 2)}[role]
+
+
+@pytest.mark.parametrize("scheme", ["preln", "postln", "vanilla", "shaped", "dslm", "deepnorm"])
+def test_initial_weight_statistics_match_formula(scheme):
+    torch.manual_seed(0)
+    cfg = ModelConfig(scheme=scheme, d_model=D, n_heads=H, d_ff=FF, n_layers=3, vocab_size=500,
+                      max_seq_len=64, dropout=0.1)
+    checked = 0
+    for name, p in build_model(cfg).named_parameters():
+        want = expected_std(cfg, role_of(p), tuple(p.shape), site_of(p))
+        if want is None:
+            continue
+        n = p.numel()
+        # sample std of n normals: relative standard error 1/√(2n); mean has standard error σ/√n
+        assert abs(p.std().item() / want - 1) < 5 / math.sqrt(2 * n), name
+        assert abs(p.mean().item()) < 5 * want / math.sqrt(n), name
+        checked += 1
+    assert checked >= 3 * 6 + 2
+
+
+def test_dslm_recursion_reproduces_authors_numbers():
+    """Notes §1.9: d=1024, p=0.1, r0=0.221, 192 layers, λ²=0.995: r = 0.199, 0.203, 0.378, 0.504."""
+    cfg = ModelConfig(scheme="dslm", d_model=64, n_heads=4, n_layers=192, dropout=0.1,
+                      dslm_k=0.005 * 384, dslm_r0=0.221)
+    r = block_correlations(cfg, "dec")
+    for layer, want in [(0, 0.199), (1, 0.203), (48, 0.378), (96, 0.504)]:
+        assert r[layer] == pytest.approx(want, abs=6e-4)
+
+
+def residuals(model):
+    return [(m.alpha.item(), m.beta.item()) for m in model.modules() if type(m).__name__ == "Residual"]
+
+
+def test_dslm_residual_beta_squared_is_k_over_n():
+    cfg = ModelConfig(scheme="dslm", d_model=D, n_heads=H, n_layers=10, dslm_k=2.0)
+    for lam, beta in residuals(build_model(cfg)):
+        assert beta ** 2 == pytest.approx(2.0 / 20) and lam ** 2 + beta ** 2 == pytest.approx(1.0)
+    cfg = ModelConfig(arch="encdec", scheme="dslm", d_model=D, n_heads=H, n_layers=4, n_dec_layers=5)
+    betas = sorted({round(b ** 2, 12) for _, b in residuals(build_model(cfg))})
+    assert betas == pytest.approx([2.0 / 15, 2.0 / 8])          # decoder: 3 branches × 5, encoder 2 × 4
+
+
+def test_shaped_residual_is_unit_norm():
+    for gamma in (None, 0.05, 0.5):
+        cfg = ModelConfig(scheme="shaped", d_model=D, n_heads=H, residual_gamma=gamma)
+        for lam, g in residuals(build_model(cfg)):
+            assert g == pytest.approx(gamma or 0.2, rel=1e-6) and lam ** 2 + g ** 2 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("arch, stack, n, m, alpha, beta", [
+    ("encoder", "enc", 6, 6, (2 * 6) ** 0.25, (8 * 6) ** -0.25),
+    ("decoder", "dec", 18, 18, (2 * 18) ** 0.25, (8 * 18) ** -0.25),
+    ("encdec", "enc", 6, 6, 0.81 * (6 ** 4 * 6) ** (1 / 16), 0.87 * (6 ** 4 * 6) ** (-1 / 16)),
+    ("encdec", "dec", 6, 6, (3 * 6) ** 0.25, (12 * 6) ** -0.25),
+])
+def test_deepnorm_constants_match_published_table(arch, stack, n, m, alpha, beta):
+    assert deepnorm_constants(arch, stack, n, m) == pytest.approx((alpha, beta), rel=1e-12)
+
+
+def test_deepnorm_table_spot_values():
+    """DeepNet Table 1 worked values: decoder-only M=18 → α ≈ 2.449, β ≈ 0.2887; 100L enc-dec (N=M=50)."""
+    assert deepnorm_constants("decoder", "dec", 1, 18) == pytest.approx((2.4495, 0.2887), abs=1e-4)
+    a_enc, b_enc = deepnorm_constants("encdec", "enc", 50, 50)
+    assert (a_enc, b_enc) == pytest.approx((0.81 * 50 ** (5 / 16), 0.87 * 50 ** (-5 / 16)))
+    cfg = ModelConfig(arch="encdec", scheme="deepnorm", d_model=D, n_heads=H, n_layers=3, n_dec_layers=4)
+    alphas = {round(a, 5) for a, _ in residuals(build_model(cfg))}
+    assert alphas == {round(deepnorm_constants("encdec", s, 3, 4)[0], 5) for s in ("enc", "dec")}
+
+
+def correlated_tokens(batch: int, seq: int, d: int, r: float, gen: torch.Generator) -> torch.Tensor:
+    """Unit-variance features with token correlation r: x_t = √r·s + √(1−r)·e_t."""
+    shared = torch.randn(batch, 1, d, generator=gen, dtype=torch.float64)
+    return math.sqrt(r) * shared + math.sqrt(1 - r) * torch.randn(batch, seq, d, generator=gen, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("sublayer", ["attn", "mlp"])
+def test_dslm_blocks_have_unit_output_variance(sublayer):
+    """DSLM's invariant, by Monte Carlo: a block fed unit-variance tokens with the correlation r_l
+    the scheme predicts returns D(f(x)) with unit variance. 12 independent models (weight draws)
+    give the spread (finite width makes each draw fluctuate by ~5%); the mean must be 1 ± 5%, with
+    a standard error under 2% so the check can decide (5% ≥ 2.5 standard errors)."""
+    p, layer, seq = 0.1, 2, 128
+    gen = torch.Generator().manual_seed(0)
+    estimates = []
+    for seed in range(12):
+        torch.manual_seed(seed)
+        cfg = ModelConfig(arch="encoder", scheme="dslm", d_model=256, n_heads=4, n_layers=6,
+                          max_seq_len=seq, dropout=p, dslm_r0=0.4)
+        sub = getattr(build_model(cfg).double().stack.blocks[layer], sublayer)
+        sub.train()
+        r = block_correlations(cfg, "enc")[layer]
+        x = correlated_tokens(16, seq, 256, r, gen)
+        with torch.no_grad():
+            y = sub.drop(sub.fn(x))
+        estimates.append(y.var().item())
+    est = torch.tensor(estimates)
+    se = est.std().item() / math.sqrt(len(estimates))
+    assert se < 0.02
+    assert abs(est.mean().item() - 1) < 0.05, estimates
