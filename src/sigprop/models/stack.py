@@ -38,7 +38,9 @@ class Stack(nn.Module):
         def sublayer(fn: nn.Module, layer: int, kind: str) -> Sublayer:
             alpha, beta = scheme.residual(cfg, Site(name, layer, kind))
             norm = None if placement == "none" else make_norm(cfg.norm_type, cfg.d_model)
-            return Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual)
+            sub = Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual)
+            sub.site = Site(name, layer, kind)          # read by sigprop.diagnostics
+            return sub
 
         blocks = []
         for layer in range(n):
