@@ -68,3 +68,16 @@ def gaussian_kernel(f, rho: float, var: float = 1.0, n: int = 101) -> float:
     u = s * x[:, None]
     v = s * (rho * x[:, None] + math.sqrt(max(0.0, 1.0 - rho * rho)) * x[None, :])
     return float((w[:, None] * w[None, :] * f(u) * f(v)).sum())
+
+
+def shaped_relu_slopes(width: int, c_plus: float = 0.0, c_minus: float = -1.0) -> tuple[float, float, float]:
+    """(s₊, s₋, c): slopes s± = 1 + c±/√n of the shaped ReLU at width n and c = 2/(s₊² + s₋²) = 1/E[φ_s(g)²].
+
+    At finite width the kernel drift is exactly c·ν: n·(c E[φ_s(u)φ_s(v)] − ρ) = c·ν(ρ) for unit
+    Gaussians (u, v) with correlation ρ, so c − 1 = O(n^{-1/2}) is the finite-width factor on the drift.
+    """
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    s_plus = 1.0 + c_plus / math.sqrt(width)
+    s_minus = 1.0 + c_minus / math.sqrt(width)
+    return s_plus, s_minus, 2.0 / (s_plus**2 + s_minus**2)

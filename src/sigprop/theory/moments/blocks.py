@@ -1,0 +1,59 @@
+"""Composition (``serial``) and the transformer blocks built from it; no formulas of their own.
+
+Large-width DSLM limits, recovered by composition (μ = 0 input):
+  ffn_block: σ'² = d_ff d σ₁² σ₂² E[φ²]/(1−p) (σ² = 1), r' = (1−p) κ(r), κ the normalized kernel
+             E[φ(u)φ(v)]/E[φ²] (the second Linear turns the activation's mean into correlation);
+  attention_block with L = math.inf: σ'² = d² σ_v² σ_o² (rσ² + s²β̄²/d)/(1−p) → d²σ_v²σ_o² r/(1−p),
+             r' → 1 − p.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .attention import Attention
+from .dropout import Dropout
+from .linear import Linear
+from .state import Component, Moments
+
+
+@dataclass(frozen=True)
+class Serial:
+    """Components applied in order; ``bwd`` re-runs the forward to give each component its input."""
+
+    components: tuple[Component, ...]
+
+    def trace(self, m_in: Moments, g_out: Moments | None = None) -> list[Moments]:
+        """Moments at every point: [input, after c1, ..., output]; with ``g_out`` (the gradient at the
+        output) the grad fields are filled by the backward pass, else left as propagated."""
+        states = [m_in]
+        for c in self.components:
+            states.append(c.fwd(states[-1]))
+        if g_out is None:
+            return states
+        out = [g_out]
+        for c, m in zip(reversed(self.components), reversed(states[:-1])):
+            out.append(c.bwd(m, out[-1]))
+        return [Moments(s.mean, s.var, s.corr, g.grad_var, g.grad_corr) for s, g in zip(states, reversed(out))]
+
+    def fwd(self, m: Moments) -> Moments:
+        return self.trace(m)[-1]
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        return self.trace(m_in, g_out)[0]
+
+
+def serial(*components: Component) -> Serial:
+    """Compose moment maps like stax.serial: serial(a, b).fwd(m) = b.fwd(a.fwd(m))."""
+    if not components:
+        raise ValueError("serial needs at least one component")
+    return Serial(tuple(components))
+
+
+def ffn_block(d: int, d_ff: int, w1_var: float, w2_var: float, activation: Component, p: float = 0.0) -> Serial:
+    """Linear d → d_ff, activation, Linear d_ff → d, Dropout(p)."""
+    return serial(Linear(d, d_ff, w1_var), activation, Linear(d_ff, d, w2_var), Dropout(p))
+
+
+def attention_block(attention: Attention, p: float = 0.0) -> Serial:
+    """QKV projections, attention, output projection (all in ``attention``), then Dropout(p)."""
+    return serial(attention, Dropout(p))

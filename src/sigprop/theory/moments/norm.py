@@ -1,0 +1,102 @@
+"""LayerNorm and RMSNorm without affine parameters (ε → 0), exact for i.i.d. Gaussian features.
+
+Both map a token to y = √d·u/|u|, with u = x − mean(x) (LayerNorm) or u = x (RMSNorm).
+Two tokens' u live in k dimensions (k = d−1 for LayerNorm: centering projects out 1; k = d for
+RMSNorm) with i.i.d. coordinate pairs of variance σ² and correlation r. The input mean μ
+is removed exactly by LayerNorm (all features share it); RMSNorm needs μ = 0.
+
+Forward: μ' = 0 and σ'² = 1 exactly (Σ_a y_a² = d); the inter-token correlation is the mean
+cosine of two correlated Gaussian vectors (Hotelling's E[R], with k degrees of freedom):
+    r' = E[c] = r · (2/k) (Γ((k+1)/2)/Γ(k/2))² · ₂F₁(½, ½; k/2 + 1; r²)
+       = r (1 − (1 − r²)/(2k) + O(k⁻²)).
+The authors' r(1 − 1/d) is wrong in the O(1/d) term: exact at r = ±1 it should be r, and the
+correction is (1−r²)/(2k), not 1/d (e.g. r = 0.9, d = 8: authors 0.7875, exact 0.8868).
+
+Backward: ∂y/∂x = (√d/|u|) Q with Q = P − ûûᵀ (P = I − 11ᵀ/d or I), rank k − 1, so
+    σ_g'² = σ_g² (k − 1) E[1/|u|²] = σ_g² (k−1)/((k−2) σ²)            (exact; authors: σ_g²/σ²)
+    Cov_g' = r_g σ_g² E[(k − 2 + c²)/(|u_i||u_j|)],  tr(Q_i Q_j) = k − 2 + c²,
+with E[1/(|u||v|)] = (Γ((k−1)/2)/Γ(k/2))² ₂F₁(½, ½; k/2; r²) / (2σ²) (Kibble's bivariate
+gamma moments) and E[c²] = 1 − ((k−1)/k)(1−r²) ₂F₁(1, 1; k/2 + 1; r²). Replacing
+E[c²/(|u||v|)] by E[c²] E[1/(|u||v|)] is the only approximation, O(k⁻²) relative.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .state import Moments, check_positive, check_size, ratio
+
+
+def hyp2f1(a: float, b: float, c: float, z: float) -> float:
+    """Gauss hypergeometric ₂F₁(a, b; c; z) for 0 <= z <= 1 (series; Gauss's theorem at z = 1)."""
+    if z >= 1.0:
+        return math.exp(math.lgamma(c) + math.lgamma(c - a - b) - math.lgamma(c - a) - math.lgamma(c - b))
+    n = np.arange(int(min(1e6, 40.0 / (1.0 - z) + 100)))
+    terms = np.cumprod(np.concatenate([[1.0], (a + n[:-1]) * (b + n[:-1]) / ((c + n[:-1]) * (n[:-1] + 1)) * z]))
+    return float(terms.sum())
+
+
+def _gamma_ratio_sq(x: float, y: float) -> float:
+    """(Γ(x)/Γ(y))²."""
+    return math.exp(2 * (math.lgamma(x) - math.lgamma(y)))
+
+
+def mean_cosine(k: int, r: float) -> float:
+    """E[cos(u, v)] for u, v ∈ R^k with i.i.d. coordinate pairs of correlation r."""
+    return r * 2.0 / k * _gamma_ratio_sq((k + 1) / 2, k / 2) * hyp2f1(0.5, 0.5, k / 2 + 1, r * r)
+
+
+def _normalize(m: Moments, k: int) -> Moments:
+    return replace(m, mean=0.0, var=1.0, corr=mean_cosine(k, m.corr))
+
+
+def _normalize_bwd(m_in: Moments, g_out: Moments, k: int) -> Moments:
+    r = m_in.corr
+    inv_norms = _gamma_ratio_sq((k - 1) / 2, k / 2) * hyp2f1(0.5, 0.5, k / 2, r * r) / 2
+    cos2 = 1 - (k - 1) / k * (1 - r * r) * hyp2f1(1.0, 1.0, k / 2 + 1, r * r)
+    var = (k - 1) / (k - 2)
+    cov = g_out.grad_corr * (k - 2 + cos2) * inv_norms
+    return replace(m_in, grad_var=g_out.grad_var * var / m_in.var, grad_corr=ratio(cov, var))
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """LayerNorm over ``d`` features (d >= 4), no affine, ε → 0 (relative effect ε/σ²)."""
+
+    d: int
+
+    def __post_init__(self) -> None:
+        check_size("d", self.d, minimum=4)
+
+    def fwd(self, m: Moments) -> Moments:
+        check_positive("var (input of LayerNorm)", m.var)
+        return _normalize(m, self.d - 1)
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        check_positive("var (input of LayerNorm)", m_in.var)
+        return _normalize_bwd(m_in, g_out, self.d - 1)
+
+
+@dataclass(frozen=True)
+class RMSNorm:
+    """RMSNorm over ``d`` features (d >= 3), no affine, ε → 0; zero-mean input only."""
+
+    d: int
+
+    def __post_init__(self) -> None:
+        check_size("d", self.d, minimum=3)
+
+    def _check(self, m: Moments) -> None:
+        check_positive("var (input of RMSNorm)", m.var)
+        if m.mean != 0:
+            raise NotImplementedError(f"RMSNorm moments are derived for zero-mean input only (got mean={m.mean})")
+
+    def fwd(self, m: Moments) -> Moments:
+        self._check(m)
+        return _normalize(m, self.d)
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        self._check(m_in)
+        return _normalize_bwd(m_in, g_out, self.d)

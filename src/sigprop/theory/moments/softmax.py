@@ -1,0 +1,178 @@
+"""Softmax over L entries, and the Gaussian-logit softmax functionals attention is built on.
+
+Softmax is shift invariant, so for exchangeable Gaussian logits with variance σ² and pairwise
+correlation r only the centred vector matters, which is that of i.i.d. logits β z_j, z_j ~ N(0,1),
+with β² = (1−r)σ². Every moment we need is a sum of monomials E[Π_j S_j^{a_j} z_j^{q_j}] over
+distinct indices, S = softmax(βz). With 1/D^A = ∫₀^∞ t^{A−1} e^{−tD} dt / (A−1)! (D = Σ e^{βz_j})
+the expectation factorizes over indices (exact, no large-L or log-normal approximation):
+
+    Σ_{distinct j_1..j_k} E[Π S_{j}^{a} z_{j}^{q}] = n^(k) ∫ t^{A−1}/(A−1)! Π φ_{a,q}(t) M(t)^{n−k} dt,
+    φ_{a,q}(t) = E[z^q e^{aβz} e^{−t e^{βz}}],  M = φ_{0,0},  A = Σ a,  n^(k) = n(n−1)…(n−k+1).
+
+The t-integral is a trapezoid rule in log t, the z-expectations Gauss–Hermite; both converge
+exponentially (checked against direct Monte Carlo of the softmax to 1e-5). Contractions use
+``np.einsum`` rather than BLAS: the shapes are small and threaded BLAS stalls on a loaded machine. Two queries whose
+logits βz_j and βz'_j, z' = ρz + √(1−ρ²)w, share keys need two Laplace variables (t, t').
+
+`Softmax` moments (input var σ², corr r, any mean; v = (1−r)σ²):
+    mean 1/L,  var = E[ΣS²]/L − 1/L²,  corr = −1/(L−1)  (ΣS = 1);
+    backward g' = S ⊙ (g − ⟨S, g⟩): σ_g'² = (1−r_g)σ_g² E[ΣS² − 2ΣS³ + (ΣS²)²]/L,  r_g' = −1/(L−1).
+The authors' V1 (e^v − 1)/L² and V2 forms are approximations (and their backward keeps only the
+diagonal S_k g_k, missing −2ΣS³ + (ΣS²)², which dominate once e^{2v} ≳ L); see docs/moments.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .state import Moments, check_size
+
+Index1 = tuple[int, int]               # (a, q): S^a z^q
+Index2 = tuple[int, int, int, int]     # (a, b, qz, qw): S^a S'^b z^qz w^qw
+
+
+def _falling(n: np.ndarray, k: int) -> np.ndarray:
+    out = np.ones_like(n, dtype=float)
+    for i in range(k):
+        out = out * (n - i)
+    return out
+
+
+def _t_grid(beta2: float, n_max: float, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t and trapezoid weights (dt = t dlog t), scaled so that t·E[e^{βz}] spans e^{−14}/n .. e^{6+6β}."""
+    tau = np.arange(-math.log(n_max) - 14.0, 6.0 + 6.0 * math.sqrt(beta2) + h, h)
+    t = np.exp(tau - beta2 / 2)
+    return t, h * t
+
+
+def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    return x, w / w.sum()
+
+
+class RowSums:
+    """Softmax functionals of one query over n i.i.d. Gaussian logits βz (n: array of key counts)."""
+
+    def __init__(self, beta2: float, n: np.ndarray, h: float = 0.2, nodes: int = 80) -> None:
+        self.n = np.asarray(n, dtype=float)
+        self.t, self.wt = _t_grid(beta2, float(self.n.max()), h)
+        self.z, wz = _hermite(nodes)
+        self.ez = np.exp(math.sqrt(beta2) * self.z)
+        self.kernel = np.exp(-self.t[:, None] * self.ez[None, :]) * wz     # (T, Z)
+        self.m = self.kernel.sum(1)
+        self._phi: dict[Index1, np.ndarray] = {}
+
+    def phi(self, a: int, q: int) -> np.ndarray:
+        if (a, q) not in self._phi:
+            self._phi[(a, q)] = np.einsum("tz,z->t", self.kernel, self.ez ** a * self.z ** q, optimize=False)
+        return self._phi[(a, q)]
+
+    def __call__(self, *idx: Index1) -> np.ndarray:
+        """Σ over distinct indices of E[Π_j S_j^{a_j} z_j^{q_j}], one value per n."""
+        k, big_a = len(idx), sum(a for a, _ in idx)
+        f = self.wt * self.t ** (big_a - 1) / math.factorial(big_a - 1)
+        for a, q in idx:
+            f = f * self.phi(a, q)
+        powers = self.m[:, None] ** np.maximum(self.n[None, :] - k, 0.0)
+        return np.where(self.n >= k, _falling(self.n, k) * np.einsum("t,tn->n", f, powers, optimize=False), 0.0)
+
+
+class PairSums:
+    """Softmax functionals of two queries with logits βz, βz' (z' = ρz + √(1−ρ²)w) on shared keys,
+    averaged over the ordered key counts (n1, n2) of ``pairs``: query 1 sees n1 keys, query 2 the same
+    n1 keys plus n2 − n1 keys of its own (causal masking); indices run over the shared keys."""
+
+    def __init__(self, beta2: float, rho: float, pairs: np.ndarray, h: float = 0.4, nodes: int = 24) -> None:
+        self.pairs = np.asarray(pairs, dtype=float).reshape(-1, 2)
+        self.t, self.wt = _t_grid(beta2, float(self.pairs.max()), h)
+        x, wx = _hermite(nodes)
+        z, w = np.repeat(x, nodes), np.tile(x, nodes)
+        self.z, self.w, self.wn = z, w, np.repeat(wx, nodes) * np.tile(wx, nodes)
+        b = math.sqrt(beta2)
+        self.e1, self.e2 = np.exp(b * z), np.exp(b * (rho * z + math.sqrt(max(0.0, 1 - rho * rho)) * w))
+        self.k1 = np.exp(-self.t[:, None] * self.e1[None, :])
+        self.k2 = np.exp(-self.t[:, None] * self.e2[None, :])
+        m2 = np.einsum("tg,g->t", self.k2, self.wn, optimize=False)     # E[e^{−t' e^{βz'}}]: a key only query 2 sees
+        self.n1, where = np.unique(self.pairs[:, 0], return_inverse=True)
+        self.extra = np.zeros((len(self.n1), len(self.t)))                # Σ_{pairs with this n1} m2^{n2 − n1}
+        np.add.at(self.extra, where, m2[None, :] ** (self.pairs[:, 1] - self.pairs[:, 0])[:, None])
+        self._phi: dict[Index2, np.ndarray] = {}
+        self._shared: dict[int, np.ndarray] = {}
+
+    def phi(self, a: int, b: int, qz: int, qw: int) -> np.ndarray:
+        key = (a, b, qz, qw)
+        if key not in self._phi:
+            f = self.wn * self.e1 ** a * self.e2 ** b * self.z ** qz * self.w ** qw
+            self._phi[key] = np.einsum("tg,sg->ts", self.k1 * f, self.k2, optimize=False)   # (T, T')
+        return self._phi[key]
+
+    def _keys_outside(self, k: int) -> np.ndarray:
+        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (T, T'): the keys outside a k-index monomial."""
+        both, out, power, done = self.phi(0, 0, 0, 0), np.zeros((len(self.t), len(self.t))), None, 0
+        for n1, extra in zip(self.n1, self.extra):           # ascending n1: one multiplication per step
+            if n1 >= k:
+                power = both ** (n1 - k) if power is None else power * both ** (n1 - k - done)
+                done = n1 - k
+                out += _falling(np.array([n1]), k)[0] * power * extra[None, :]
+        return out
+
+    def __call__(self, *idx: Index2) -> float:
+        """Pair-averaged Σ over distinct shared indices of E[Π S_j^a S'_j^b z_j^qz w_j^qw] (a, b totals >= 1)."""
+        k = len(idx)
+        big_a, big_b = sum(i[0] for i in idx), sum(i[1] for i in idx)
+        wa = self.wt * self.t ** (big_a - 1) / math.factorial(big_a - 1)
+        wb = self.wt * self.t ** (big_b - 1) / math.factorial(big_b - 1)
+        f = np.ones((len(self.t), len(self.t)))
+        for i in idx:
+            f = f * self.phi(*i)
+        if k not in self._shared:
+            self._shared[k] = self._keys_outside(k)
+        return float(np.einsum("t,ts,s->", wa, f * self._shared[k], wb, optimize=False)) / len(self.pairs)
+
+
+def row_functionals(beta2: float, n: np.ndarray) -> dict[str, np.ndarray]:
+    """Per key count n: F2 = EΣS², F3 = EΣS³, F22 = E(ΣS²)², B = F2 − 2F3 + F22 (softmax-Jacobian
+    trace E tr Q², Q = diag S − SSᵀ), Z1 = E(ΣSz)², Z2 = EΣS²z², Bz = E|Qz|².
+    (E[z̄ ΣSz] = 1/n exactly, by Stein's lemma and Σ_k ∂S_j/∂z_k = 0.)"""
+    s = RowSums(beta2, n)
+    f2, z2 = s((2, 0)), s((2, 2))
+    out = {"F2": f2, "F3": s((3, 0)), "F22": s((4, 0)) + s((2, 0), (2, 0)), "Z2": z2,
+           "Z1": z2 + s((1, 1), (1, 1))}
+    out["B"] = f2 - 2 * out["F3"] + out["F22"]
+    out["Bz"] = (z2 - 2 * (s((3, 2)) + s((2, 1), (1, 1)))
+                 + s((4, 2)) + 2 * s((3, 1), (1, 1)) + s((2, 0), (2, 2)) + s((2, 0), (1, 1), (1, 1)))
+    return out
+
+
+def pair_functionals(beta2: float, rho: float, pairs: np.ndarray) -> dict[str, float]:
+    """Pair averages: K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q')."""
+    s = PairSums(beta2, rho, pairs)
+    k1 = s((1, 1, 0, 0))
+    k2 = s((1, 1, 2, 0)) + s((1, 1, 0, 2)) + s((1, 0, 1, 0), (0, 1, 1, 0)) + s((1, 0, 0, 1), (0, 1, 0, 1))
+    ck = k1 - s((2, 1, 0, 0)) - s((1, 2, 0, 0)) + s((2, 2, 0, 0)) + s((1, 1, 0, 0), (1, 1, 0, 0))
+    return {"K1": k1, "K2": k2, "CK": ck}
+
+
+@dataclass(frozen=True)
+class Softmax:
+    """Softmax over ``L`` entries (L >= 2); Moments describe the L entries (corr: between two entries)."""
+
+    L: int
+
+    def __post_init__(self) -> None:
+        check_size("L", self.L, minimum=2)
+
+    def _rows(self, m: Moments) -> dict[str, np.ndarray]:
+        if m.corr < -1.0 / (self.L - 1):
+            raise ValueError(f"corr of {self.L} exchangeable entries must be >= {-1 / (self.L - 1):.4g}, got {m.corr}")
+        return row_functionals((1 - m.corr) * m.var, np.array([self.L]))
+
+    def fwd(self, m: Moments) -> Moments:
+        var = max(float(self._rows(m)["F2"][0]) / self.L - self.L ** -2, 0.0)
+        return replace(m, mean=1.0 / self.L, var=var, corr=-1.0 / (self.L - 1))
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        jac = float(self._rows(m_in)["B"][0]) / self.L
+        return replace(m_in, grad_var=(1 - g_out.grad_corr) * g_out.grad_var * jac, grad_corr=-1.0 / (self.L - 1))

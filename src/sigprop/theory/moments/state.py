@@ -1,0 +1,103 @@
+"""The value type of every moment map, and the convention all components follow.
+
+`Moments` describes one point of a network (a (tokens, features) activation and the
+gradient of the loss with respect to it), at initialization, averaged over the random
+weights and inputs:
+
+* ``mean``  μ   = E[x_i^a]                        (the same for every token i and feature a)
+* ``var``   σ²  = Var(x_i^a)
+* ``corr``  r   = Cov(x_i^a, x_j^a) / σ², i ≠ j   (two different tokens, same feature)
+* ``grad_var``  σ_g² = Var(g_i^a),  g = ∂loss/∂x  (the gradient has mean 0)
+* ``grad_corr`` r_g  = Cov(g_i^a, g_j^a) / σ_g², i ≠ j
+
+Means and covariances are over the weight ensemble too, so a per-feature offset that is
+random over weights but shared by all tokens (e.g. μ·Σ_k W_ka after a linear map) counts
+in ``corr``, not in ``mean``.
+
+Convention (every component in this package):
+
+* ``fwd(m) -> Moments`` maps (mean, var, corr) of the input to those of the output. The
+  grad fields are copied from ``m`` unchanged; they mean nothing until a backward pass
+  fills them.
+* ``bwd(m_in, g_out) -> Moments`` takes the *forward input* moments ``m_in`` (what ``fwd``
+  received) and ``g_out``, whose (grad_var, grad_corr) describe ∂loss/∂output, and returns
+  ``m_in`` with (grad_var, grad_corr) replaced by those of ∂loss/∂input.
+* Gradient independence: the upstream gradient is independent of the forward activations
+  and weights (the usual mean-field assumption; exact in the Monte-Carlo tests, which
+  back-propagate a fresh random gradient).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Forward (mean, var, corr) and backward (grad_var, grad_corr) moments at one point."""
+
+    mean: float
+    var: float
+    corr: float
+    grad_var: float = 1.0
+    grad_corr: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("mean", "var", "corr", "grad_var", "grad_corr"):
+            value = float(getattr(self, name))          # plain floats, also from numpy scalars
+            if not math.isfinite(value):
+                raise ValueError(f"Moments.{name} must be finite, got {value}")
+            object.__setattr__(self, name, value)
+        check_nonneg("var", self.var)
+        check_nonneg("grad_var", self.grad_var)
+        check_corr("corr", self.corr)
+        check_corr("grad_corr", self.grad_corr)
+
+    @property
+    def cov(self) -> float:
+        """Cov(x_i^a, x_j^a), i ≠ j."""
+        return self.corr * self.var
+
+    @property
+    def grad_cov(self) -> float:
+        """Cov(g_i^a, g_j^a), i ≠ j."""
+        return self.grad_corr * self.grad_var
+
+
+class Component(Protocol):
+    """A moment map: see the module docstring for the convention."""
+
+    def fwd(self, m: Moments) -> Moments: ...
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments: ...
+
+
+def check_nonneg(name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def check_corr(name: str, value: float) -> None:
+    if not -1.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [-1, 1], got {value}")
+
+
+def check_prob(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+def check_size(name: str, value: int, minimum: int = 1) -> None:
+    if int(value) != value or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+
+
+def ratio(cov: float, var: float) -> float:
+    """cov/var clipped to [-1, 1] (round-off); 0 when var == 0 (a constant has no correlation)."""
+    return 0.0 if var == 0 else max(-1.0, min(1.0, cov / var))
