@@ -7,11 +7,12 @@ Invariant: if x and f(x) have unit variance, so does every sublayer output.
 Init (all N(0, σ²), p = dropout, d = d_model, T = 2 summed embedding tables):
   embeddings      σ² = (1−p)/T                         unit variance after embedding dropout
   Q, K            σ² = 1/d
-  V, O            σ² = √((1−p)/r_l)/d                  d²σ_v²σ_o² r_l/(1−p) = 1 (large-L attention)
+  V, O            σ² = √((1−p)/G_l)/d                  d²σ_v²σ_o² G_l/(1−p) = 1, G_l = `attention_gain`
   FFN, ReLU-like  σ₁² = σ₂² = √((1−p)/(m₂ d d_ff))      d_ff d σ₁²σ₂² m₂/(1−p) = 1
   FFN, GeLU       σ₁² = 1/d, σ₂² = (1−p)/(m₂ d_ff)      same product; unit pre-activation variance
 with m₂ = E[φ(g)²], g ~ N(0,1) (½ for ReLU, 1 for shaped ReLU). For d_ff = 4d and ReLU this is
-the authors' √((1−p)/2)/d. r_l, the input token correlation of block l, follows the authors'
+the authors' √((1−p)/2)/d. G_l → r_l for long bidirectional sequences, the authors' V/O init;
+at finite (and causal) length G_l adds the token-specific part the authors' limit drops. r_l, the input token correlation of block l, follows the authors'
 recursion: r₀ = (1−p)·r_emb; attention block output correlation 1−p; FFN block output
 correlation (1−p)·κ(r) with κ the normalized activation kernel; residual mix r ← λ²r + β²r_f.
 r_emb = P(two positions hold the same token)/T under a Zipf unigram law (``dslm_r0`` overrides).
@@ -55,6 +56,22 @@ def second_moment(activation: str) -> float:
     return gaussian_moment(lambda x: torch.nn.functional.gelu(x) ** 2)
 
 
+def attention_gain(r: float, seq_len: int, causal: bool) -> float:
+    """G = E|Σ_j a_ij v_j|²/(d σ_v² σ²) for one attention row at init, averaged over rows.
+
+    With tokens x_j of variance σ² and correlation r, given the softmax row a_i,
+    E|Σ_j a_ij v_j|² ∝ Σ_jk a_ij a_ik ρ_jk = r (Σ_j a_ij)² + (1−r) Σ_j a_ij² = r + (1−r) S_i.
+    With Q, K ~ N(0, 1/d) the logits of row i vary over its n_i keys with variance β² = 1−r
+    (only the token-specific part of k_j varies), and for i.i.d. N(0, β²) logits the softmax
+    has S_i = E Σ_j a_ij² ≈ n·E[e^{2z}]/(n E[e^z])² = e^{β²}/n_i (log-normal), capped at 1
+    (n_i = 1 gives S = 1 exactly). n_i = seq_len, or i for causal rows. Hence
+    G = r + (1−r)·mean_i min(1, e^{1−r}/n_i) → r as seq_len → ∞ without a causal mask.
+    """
+    counts = range(1, seq_len + 1) if causal else [seq_len]
+    s = sum(min(1.0, math.exp(1.0 - r) / n) for n in counts) / len(counts)
+    return r + (1.0 - r) * s
+
+
 @lru_cache(maxsize=64)
 def block_correlations(cfg: Any, stack: str) -> tuple[float, ...]:
     """Predicted input token correlation r_l of every block of ``stack`` (the authors' recursion)."""
@@ -94,7 +111,8 @@ class DSLM(Scheme):
             return math.sqrt(1.0 / d)
         if p.role in ("v", "o"):
             r = block_correlations(cfg, p.stack)[p.layer]
-            return math.sqrt(math.sqrt((1 - drop) / r) / d)
+            causal = p.stack == "dec"
+            return math.sqrt(math.sqrt((1 - drop) / attention_gain(r, cfg.max_seq_len, causal)) / d)
         if p.role in ("ffn_in", "ffn_out"):
             m2 = second_moment(cfg.activation)
             if cfg.activation in HOMOGENEOUS:
