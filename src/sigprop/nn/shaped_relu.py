@@ -8,11 +8,10 @@ ReLU) or trainable ("learn").
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from ..theory.kernels import shaped_relu_slopes
 from .roles import tag
 from .shaped_attention import SHAPING_MODES
 
@@ -22,13 +21,11 @@ class ShapedReLU(nn.Module):
 
     def __init__(self, width: int, c_plus: float = 0.0, c_minus: float = -1.0, mode: str = "fixed") -> None:
         super().__init__()
-        if width < 1:
-            raise ValueError(f"width must be >= 1, got {width}")
         if mode not in SHAPING_MODES:
             raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
         self.width, self.mode = width, mode
-        self.s_plus = 1.0 + c_plus / math.sqrt(width)
-        s_minus = torch.tensor(1.0 + c_minus / math.sqrt(width))
+        self.s_plus, s_minus, _ = shaped_relu_slopes(width, c_plus, c_minus)
+        s_minus = torch.tensor(s_minus)
         if mode == "learn":
             self.s_minus = nn.Parameter(s_minus)
             tag(self.s_minus, "constant")
