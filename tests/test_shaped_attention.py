@@ -98,3 +98,10 @@ def test_invalid_arguments():
         ShapedAttention(D, H, mode="sometimes")
     with pytest.raises(ValueError, match="divisible"):
         ShapedAttention(30, 4)
+
+
+def test_cross_attention_learn_mode_has_no_unused_parameter():
+    attn = ShapedAttention(D, H, mode="learn", identity=False)
+    names = {n for n, _ in attn.named_parameters()}
+    assert "gamma2" in names and "gamma1" not in names           # DDP rejects unused parameters
+    assert attn.gamma1.abs().sum() == 0

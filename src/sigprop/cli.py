@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 import torch
@@ -52,9 +53,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+# subcommands that own their argument parsing: name -> (module, function(argv) -> exit code, help)
+DELEGATED = {
+    "train": ("sigprop.train.commands", "train_main", "train a model: --config FILE [--set key=value ...]"),
+    "eval": ("sigprop.train.commands", "eval_main", "evaluate a run's checkpoint"),
+    "generate": ("sigprop.train.commands", "generate_main", "sample text from a decoder run"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sigprop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, _, text) in DELEGATED.items():
+        sub.add_parser(name, help=text, add_help=False)
     p = sub.add_parser("check", help="measure forward/gradient variance through depth at init, per scheme")
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
     p.add_argument("--depth", type=int, default=48)
@@ -65,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        module, function, _ = DELEGATED[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

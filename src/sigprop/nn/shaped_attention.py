@@ -56,15 +56,13 @@ class ShapedAttention(Attention):
         d_head = d_model // max(n_heads, 1)
         super().__init__(d_model, n_heads, causal, bias, scale=1.0 / (tau0 * math.sqrt(d_model * d_head)))
         self.tau0, self.identity, self.mode = tau0, identity, mode
-        g1 = torch.full((n_heads,), float(gamma1) if identity else 0.0)
-        g2 = torch.full((n_heads,), float(gamma2))
-        if mode == "learn":
-            self.gamma1, self.gamma2 = nn.Parameter(g1), nn.Parameter(g2)
-            tag(self.gamma1, "constant")
-            tag(self.gamma2, "constant")
-        else:
-            self.register_buffer("gamma1", g1)
-            self.register_buffer("gamma2", g2)
+        for name, value, used in (("gamma1", gamma1, identity), ("gamma2", gamma2, True)):
+            g = torch.full((n_heads,), float(value) if used else 0.0)
+            if mode == "learn" and used:         # an unused Parameter would break DDP
+                setattr(self, name, nn.Parameter(g))
+                tag(getattr(self, name), "constant")
+            else:
+                self.register_buffer(name, g)
 
     @torch.no_grad()
     def set_shape(self, gamma1: float, gamma2: float) -> None:

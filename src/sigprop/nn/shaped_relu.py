@@ -40,4 +40,4 @@ class ShapedReLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s_minus = self.s_minus.to(x.dtype)
         scale = torch.rsqrt((self.s_plus ** 2 + s_minus ** 2) / 2)
-        return scale * torch.where(x >= 0, self.s_plus * x, s_minus * x)
+        return scale * (s_minus * x + (self.s_plus - s_minus) * torch.relu(x))   # = s₊x⁺ + s₋x⁻
