@@ -1,0 +1,168 @@
+"""Atomic, verifiable checkpoints: safetensors for tensors, JSON for everything else.
+
+A checkpoint at step s is three files in ``checkpoints/``::
+
+    step_0000000s.weights.safetensors   model state (tied weights stored once)
+    step_0000000s.state.safetensors     optimizer tensors + torch RNG states
+    step_0000000s.json                  format marker, configs, step, data position,
+                                        optimizer hyper-parameters, python/numpy RNG,
+                                        sha256 of both tensor files
+
+Each file is written to a temporary name, fsync'ed and renamed (``os.replace``); the JSON
+goes last, so a checkpoint exists only once all its parts are complete. Loading checks
+the marker, the model config and both hashes, and raises `CheckpointError` otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+from torch import nn
+
+FORMAT, VERSION = "sigprop-checkpoint", 1
+_NAME = re.compile(r"^step_(\d{8})\.json$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt, or belongs to another model/program."""
+
+
+def _fsync_replace(tmp: Path, final: Path) -> None:
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    dir_fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's RNG states (python, numpy, torch CPU, CUDA if present)."""
+    npst = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [npst[0], npst[1].tolist(), *npst[2:]],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    meta: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int) -> Path:
+    """Write the checkpoint of ``step`` atomically and keep the newest ``keep_last``; returns the JSON path.
+
+    meta: JSON-able extras (configs, data position); rngs: `capture_rng` of every rank.
+    """
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    stem = ckpt_dir / f"step_{step:08d}"
+    weights, state = Path(f"{stem}.weights.safetensors"), Path(f"{stem}.state.safetensors")
+    save_model(model, f"{weights}.tmp")
+    _fsync_replace(Path(f"{weights}.tmp"), weights)
+    sd = optimizer.state_dict()
+    tensors = {f"optim.{i}.{k}": v.detach().cpu().contiguous()
+               for i, st in sd["state"].items() for k, v in st.items()}
+    for r, rng in enumerate(rngs):
+        tensors[f"rng.{r}.torch"] = rng["torch"]
+        tensors.update({f"rng.{r}.cuda.{d}": t for d, t in enumerate(rng["cuda"])})
+    save_file(tensors, f"{state}.tmp")
+    _fsync_replace(Path(f"{state}.tmp"), state)
+    record = {"format": FORMAT, "version": VERSION, "step": step, **meta,
+              "weights": {"file": weights.name, "sha256": _sha256(weights)},
+              "state": {"file": state.name, "sha256": _sha256(state)},
+              "optimizer": {"param_groups": sd["param_groups"]},
+              "rng": [{"python": r["python"], "numpy": r["numpy"], "n_cuda": len(r["cuda"])} for r in rngs]}
+    tmp = Path(f"{stem}.json.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    _fsync_replace(tmp, Path(f"{stem}.json"))
+    for old in list_checkpoints(ckpt_dir)[:-keep_last]:
+        for p in (old, *(old.with_name(old.stem + s) for s in (".weights.safetensors", ".state.safetensors"))):
+            p.unlink(missing_ok=True)
+    return Path(f"{stem}.json")
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """Checkpoint JSON files in ``ckpt_dir``, oldest first."""
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
+
+
+def read_checkpoint(path: Path, model_config: dict[str, Any]) -> dict[str, Any]:
+    """Parse and verify a checkpoint's JSON (marker, model config, file hashes) -> its record."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise CheckpointError(f"checkpoint {path} does not exist") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"corrupt checkpoint {path}: unreadable JSON ({e})") from e
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a sigprop checkpoint (no format={FORMAT!r} marker)")
+    if record.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint {path} has version {record.get('version')}, expected {VERSION}")
+    theirs = record.get("model_config", {})
+    diff = sorted(k for k in set(theirs) | set(model_config) if theirs.get(k) != model_config.get(k))
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {theirs.get(k)!r} vs run {model_config.get(k)!r}" for k in diff)
+        raise CheckpointError(f"checkpoint {path} belongs to a different model ({detail})")
+    for part in ("weights", "state"):
+        file = Path(path).parent / record[part]["file"]
+        if not file.exists():
+            raise CheckpointError(f"corrupt checkpoint {path}: {file.name} is missing")
+        digest = _sha256(file)
+        if digest != record[part]["sha256"]:
+            raise CheckpointError(f"corrupt checkpoint {path}: sha256 of {file.name} is {digest[:12]}…, "
+                                  f"expected {record[part]['sha256'][:12]}… (truncated or modified)")
+    return record
+
+
+def load_checkpoint(path: Path, model: nn.Module, model_config: dict[str, Any],
+                    optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
+    """Verify, then load weights (and optimizer state) in place; returns the record with the
+    per-rank RNG states under ``"rng"`` (python, numpy, torch, cuda)."""
+    record = read_checkpoint(path, model_config)
+    folder = Path(path).parent
+    try:
+        missing, unexpected = load_model(model, folder / record["weights"]["file"], strict=False)
+    except Exception as e:   # safetensors raises several types for malformed files
+        raise CheckpointError(f"corrupt checkpoint {path}: cannot load weights ({e})") from e
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {path} does not fit the model: missing {sorted(missing)}, "
+                              f"unexpected {sorted(unexpected)}")
+    tensors = load_file(folder / record["state"]["file"])
+    if optimizer is not None:
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, idx, name = key.split(".", 2)
+                state.setdefault(int(idx), {})[name] = value
+        optimizer.load_state_dict({"state": state, "param_groups": record["optimizer"]["param_groups"]})
+    record["rng"] = [{**r, "torch": tensors[f"rng.{i}.torch"],
+                      "cuda": [tensors[f"rng.{i}.cuda.{d}"] for d in range(r["n_cuda"])]}
+                     for i, r in enumerate(record["rng"])]
+    return record

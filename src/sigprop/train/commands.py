@@ -1,0 +1,100 @@
+"""Entry points behind ``sigprop train | eval | generate``; each takes argv and returns an exit code.
+
+Exit codes: 0 done (also after SIGINT/SIGTERM, with a checkpoint saved), 1 NaN/Inf loss,
+2 bad configuration, data or checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+import torch
+
+from .checkpoint import CheckpointError
+from .config import load_config
+from .data import prepare_data
+from .generation import sample
+from .run import load_run, train
+from .sampler import generator
+from .tokenizer import BPETokenizer
+from .trainer import NonFiniteLossError, Trainer
+
+EXIT_OK, EXIT_NONFINITE, EXIT_INVALID = 0, 1, 2
+
+
+def _fail(prog: str, err: Exception) -> int:
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return EXIT_NONFINITE if isinstance(err, NonFiniteLossError) else EXIT_INVALID
+
+
+def _sets(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value (repeatable), e.g. --set optim.lr=3e-4")
+
+
+def train_main(argv: Sequence[str]) -> int:
+    """``sigprop train --config FILE [--set k=v ...] [--resume]``."""
+    p = argparse.ArgumentParser(prog="sigprop train", description="Train a sigprop model.")
+    p.add_argument("--config", help="TOML run config (see configs/)")
+    _sets(p)
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
+    args = p.parse_args(list(argv))
+    try:
+        cfg = load_config(args.config, args.set + (["train.resume=true"] if args.resume else []))
+        trainer = train(cfg, argv=list(argv))
+    except (ValueError, CheckpointError, NonFiniteLossError) as e:
+        return _fail("sigprop train", e)
+    if trainer.dist.is_main:
+        done = f"stopped ({trainer.stop_reason})" if trainer.stop_reason else "finished"
+        print(f"sigprop train: {done} at step {trainer.state.step}; checkpoint: {trainer.last_checkpoint}",
+              file=sys.stderr)
+        if trainer.stop_reason:
+            print("sigprop train: continue with --resume", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="run folder (train.out_dir of a training)")
+    p.add_argument("--checkpoint", help="checkpoint JSON (default: the newest in RUN/checkpoints)")
+    _sets(p)
+
+
+def eval_main(argv: Sequence[str]) -> int:
+    """``sigprop eval --run DIR [--checkpoint FILE] [--set k=v ...]``: validation metrics as JSON."""
+    p = argparse.ArgumentParser(prog="sigprop eval", description="Evaluate a trained run on its validation split.")
+    _run_args(p)
+    args = p.parse_args(list(argv))
+    try:
+        cfg, model, path = load_run(args.run, args.checkpoint, args.set)
+        data = prepare_data(cfg, path.parent.parent, save_tokenizer=False)
+        metrics = Trainer(cfg, model, data, path.parent.parent).evaluate()
+    except (ValueError, CheckpointError) as e:
+        return _fail("sigprop eval", e)
+    print(json.dumps({"checkpoint": str(path), **metrics}))
+    return EXIT_OK
+
+
+def generate_main(argv: Sequence[str]) -> int:
+    """``sigprop generate --run DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]``."""
+    p = argparse.ArgumentParser(prog="sigprop generate", description="Sample text from a trained decoder.")
+    _run_args(p)
+    p.add_argument("--prompt", default="", help="text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=50, help="0 = all tokens")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(list(argv))
+    try:
+        cfg, model, _ = load_run(args.run, args.checkpoint, args.set)
+        if cfg.model.arch != "decoder":
+            raise ValueError(f"generate needs model.arch='decoder', this run has {cfg.model.arch!r}")
+        tok = BPETokenizer.load(cfg.data.tokenizer)
+        ids = torch.tensor([[tok.eos_id] + tok.encode(args.prompt)])
+        out = sample(model, ids, args.max_new_tokens, cfg.model.max_seq_len, args.temperature,
+                     args.top_k, generator(args.seed))
+    except (ValueError, CheckpointError) as e:
+        return _fail("sigprop generate", e)
+    print(tok.decode(out[0, 1:].tolist()))
+    return EXIT_OK

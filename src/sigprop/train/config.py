@@ -1,0 +1,235 @@
+"""Typed, validated run configuration: TOML file + dotted ``--set a.b=c`` overrides.
+
+A run is ``RunConfig(model, data, optim, train)``; every section is a dataclass whose
+fields carry a comment. `load_config` reads TOML, applies overrides to the raw tables and
+builds the dataclasses through one checker (`from_mapping`), so unknown keys and wrong
+types are rejected the same way whether they come from the file or the command line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from ..models import ModelConfig
+
+ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the text comes from and how it becomes examples."""
+
+    source: str = "pydoc"            # "pydoc" | "stdlib" | "digits" (vit) | "hf:DIR" | a text file or folder
+    pattern: str = "**/*.txt"        # glob for the files of a folder source
+    text_column: str = "text"        # column of a Hugging Face dataset saved with save_to_disk
+    max_chars: int = 0               # keep documents up to this many characters in total (0 = all)
+    val_fraction: float = 0.1        # share of documents held out for validation (seeded hash)
+    seq_len: int = 64                # tokens per example
+    tokenizer: str = ""              # an existing tokenizer.json ("" = train BPE on the train split)
+    mask_prob: float = 0.15          # corruption rate for MLM and denoising
+    span_len: int = 3                # length of each masked span for denoising
+
+    def __post_init__(self) -> None:
+        _require(0.0 < self.val_fraction < 1.0, "data.val_fraction", self.val_fraction, "in (0, 1)")
+        _require(self.seq_len >= 2, "data.seq_len", self.seq_len, ">= 2")
+        _require(self.max_chars >= 0, "data.max_chars", self.max_chars, ">= 0")
+        _require(0.0 < self.mask_prob < 1.0, "data.mask_prob", self.mask_prob, "in (0, 1)")
+        _require(self.span_len >= 1, "data.span_len", self.span_len, ">= 1")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup and a decay to ``min_lr_ratio * lr``."""
+
+    lr: float = 1e-3                 # peak learning rate
+    min_lr_ratio: float = 0.1        # final lr as a fraction of the peak
+    warmup_steps: int = 100          # linear warmup from 0
+    decay: Literal["cosine", "linear", "constant"] = "cosine"   # shape after warmup
+    weight_decay: float = 0.1        # applied to matrices (ndim >= 2) only
+    beta1: float = 0.9               # AdamW beta1
+    beta2: float = 0.95              # AdamW beta2
+    eps: float = 1e-8                # AdamW epsilon
+    grad_clip: float = 1.0           # max global grad norm (0 = no clipping)
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, "optim.lr", self.lr, "> 0")
+        _require(0.0 <= self.min_lr_ratio <= 1.0, "optim.min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
+        _require(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, ">= 0")
+        _require(self.grad_clip >= 0, "optim.grad_clip", self.grad_clip, ">= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The loop: length, batch, cadence of eval/logging/checkpoints, faults, schedules."""
+
+    steps: int = 1000                # optimizer steps
+    batch_size: int = 32             # global examples per optimizer step (all ranks, all micro-steps)
+    grad_accum: int = 1              # micro-steps per optimizer step
+    eval_every: int = 100            # evaluate every k steps (and at the end); 0 = only at the end
+    eval_batches: int = 4            # validation size, in global batches (0 = no evaluation)
+    diag_every: int = 0              # attention entropy + token correlation every k steps (0 = off)
+    ckpt_every: int = 500            # checkpoint every k steps (and at the end); 0 = only at the end
+    keep_last: int = 3               # checkpoints kept on disk
+    seed: int = 0                    # seeds init, data order, corruption
+    out_dir: str = "runs/default"    # run folder: config, tokenizer, metrics.jsonl, checkpoints/
+    device: str = "auto"             # "auto" | "cpu" | "cuda" | "cuda:N"
+    resume: bool = False             # continue from the newest checkpoint in out_dir
+    recover_steps: int = 4000        # model.shaping="recover": steps over which γ₁, γ₂, s₋ decay to 0
+    progress: bool = True            # tqdm progress bar on rank 0
+    tensorboard: bool = False        # also log to TensorBoard (extra: sigprop[tensorboard])
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "grad_accum", "keep_last", "recover_steps"):
+            _require(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), ">= 1")
+        for name in ("eval_every", "eval_batches", "diag_every", "ckpt_every"):
+            _require(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), ">= 0")
+        _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+                 "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs; the resolved copy is written beside the run as config.toml."""
+
+    model: ModelConfig               # architecture and scheme (sigprop.models)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def objective(self) -> str:
+        """Training task implied by the architecture: clm, mlm, denoise or digits."""
+        return ARCH_OBJECTIVE[self.model.arch]
+
+    def __post_init__(self) -> None:
+        images = self.model.arch == "vit"
+        if images != (self.data.source == "digits"):
+            raise ValueError(f"data.source={self.data.source!r} does not fit model.arch="
+                             f"{self.model.arch!r}: 'digits' is the (only) source for arch 'vit'")
+        if not images and self.data.seq_len > self.model.max_seq_len:
+            raise ValueError(f"data.seq_len={self.data.seq_len} exceeds model.max_seq_len="
+                             f"{self.model.max_seq_len}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (TOML/JSON-ready)."""
+        return {f.name: _as_dict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+    return section.to_dict() if hasattr(section, "to_dict") else dataclasses.asdict(section)
+
+
+def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
+
+
+def _check(value: Any, hint: Any, name: str) -> Any:
+    """Return ``value`` as type ``hint`` (int widens to float) or raise ValueError naming ``name``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name} must be a table of keys, got {value!r}")
+        return from_mapping(hint, value, f"{name}.")
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{name}={value!r} is invalid; allowed values: {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            try:
+                return _check(value, arg, name)
+            except ValueError:
+                continue
+        raise ValueError(f"{name}={value!r} has the wrong type; expected {hint}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name}={value!r} has the wrong type; expected a list")
+        item = args[0] if args else Any
+        return origin(_check(v, item, f"{name}[{i}]") for i, v in enumerate(value))
+    if hint is Any:
+        return value
+    if hint is type(None) and value is None:
+        return None
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(hint, type) and isinstance(value, hint) and not (
+            isinstance(value, bool) and hint is not bool):
+        return value
+    raise ValueError(f"{name}={value!r} has the wrong type; expected {getattr(hint, '__name__', hint)}")
+
+
+def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [k for k in raw if k not in names]
+    if unknown:
+        raise ValueError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
+                         f"{' in ' + prefix[:-1] if prefix else ''}: {sorted(names)}")
+    return cls(**{k: _check(v, hints[k], prefix + k) for k, v in raw.items()})
+
+
+def parse_value(text: str) -> Any:
+    """A TOML literal (``1e-3``, ``true``, ``[1, 2]``, ``"x"``) or else the bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of the nested ``raw`` tables with each ``a.b=c`` override set."""
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) != 2 or not all(parts):
+            raise ValueError(f"override {item!r} must look like section.key=value, e.g. train.lr=1e-3")
+        section = out.setdefault(parts[0], {})
+        if not isinstance(section, dict):
+            raise ValueError(f"override {item!r}: {parts[0]!r} is not a table")
+        section[parts[1]] = parse_value(text.strip())
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Read a TOML run config (or start empty), apply overrides, validate everything."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    raw = apply_overrides(raw, list(overrides))
+    if "model" not in raw:
+        raise ValueError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")
+    return from_mapping(RunConfig, raw)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ValueError(f"cannot write {v!r} as TOML")
+
+
+def dump_toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """Write ``{section: {key: scalar|list}}`` as TOML (None values are left out)."""
+    lines: list[str] = []
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Process-group setup for ``torchrun`` (DDP): gloo on CPU, NCCL on CUDA.
+
+Without the torchrun environment (``WORLD_SIZE`` unset or 1) everything here is a no-op,
+so the trainer has one code path for one and many processes.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: rank, world size, and the device it computes on."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes logs, configs and checkpoints."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        """True when a process group with more than one rank is up."""
+        return self.world_size > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> CUDA if available else CPU; 'cuda' -> this process's local GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def init_distributed(device: str = "auto") -> DistInfo:
+    """Join the torchrun process group if ``WORLD_SIZE`` > 1; pick this rank's device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if world == 1:
+        return DistInfo(0, 1, dev)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return DistInfo(dist.get_rank(), dist.get_world_size(), dev)
+
+
+def shutdown(info: DistInfo) -> None:
+    """Leave the process group (if one was joined)."""
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum ``x`` over ranks (in place; returned for chaining)."""
+    if info.enabled:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def all_gather(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order."""
+    if not info.enabled:
+        return [obj]
+    out: list[Any] = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for all ranks."""
+    if info.enabled:
+        dist.barrier()

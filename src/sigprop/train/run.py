@@ -1,0 +1,86 @@
+"""Assemble and run: run folder, seeds, data, model, trainer; and reload a finished run."""
+from __future__ import annotations
+
+import json
+import random
+import shlex
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..models import build_model
+from .callbacks import Callback
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from .config import RunConfig, dump_toml, load_config
+from .data import prepare_data
+from .distributed import barrier, init_distributed, shutdown
+from .trainer import Trainer
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def check_run_dir(cfg: RunConfig) -> Path:
+    """``train.out_dir``; a fresh run (``train.resume`` false) refuses one that holds checkpoints."""
+    run_dir = Path(cfg.train.out_dir)
+    if not cfg.train.resume and list_checkpoints(run_dir / "checkpoints"):
+        raise ValueError(f"train.out_dir={str(run_dir)!r} already holds checkpoints; "
+                         "set train.resume=true (or --resume) to continue, or choose another train.out_dir")
+    return run_dir
+
+
+def prepare_run_dir(cfg: RunConfig, argv: Sequence[str] | None) -> Path:
+    """Create ``train.out_dir``; write the resolved config.toml and the command line."""
+    run_dir = check_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not cfg.train.resume:
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    (run_dir / "config.toml").write_text(dump_toml(cfg.to_dict()))
+    if argv is not None:
+        with open(run_dir / "command.txt", "a", encoding="utf-8") as f:
+            f.write("sigprop train " + shlex.join(argv) + "\n")
+    return run_dir
+
+
+def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str] | None = None) -> Trainer:
+    """Run a whole training (one process, or one rank under torchrun); returns the finished trainer."""
+    dist = init_distributed(cfg.train.device)
+    try:
+        run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg)   # every rank fails alike
+        barrier(dist)
+        data = prepare_data(cfg, run_dir, save_tokenizer=dist.is_main)
+        seed_everything(cfg.train.seed)
+        model = build_model(cfg.model)
+        torch.manual_seed(cfg.train.seed + 1 + dist.rank)   # per-rank stream for dropout
+        trainer = Trainer(cfg, model, data, run_dir, dist, callbacks)
+        trainer.fit()
+        return trainer
+    finally:
+        shutdown(dist)
+
+
+def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
+             overrides: Sequence[str] = ()) -> tuple[RunConfig, nn.Module, Path]:
+    """Config and trained model of a run folder (newest checkpoint unless ``checkpoint``);
+    ``overrides`` (``a.b=c``) adjust the saved config, e.g. ``train.device=cpu``."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.toml").exists():
+        raise ValueError(f"{run_dir} is not a sigprop run folder (no config.toml)")
+    tokenizer = run_dir / "tokenizer.json"
+    pinned = [f"data.tokenizer={json.dumps(str(tokenizer))}"] if tokenizer.exists() else []
+    cfg = load_config(run_dir / "config.toml", pinned + list(overrides))
+    if checkpoint is None:
+        found = list_checkpoints(run_dir / "checkpoints")
+        if not found:
+            raise CheckpointError(f"no checkpoint in {run_dir / 'checkpoints'}")
+        checkpoint = found[-1]
+    model = build_model(cfg.model)
+    load_checkpoint(Path(checkpoint), model, cfg.model.to_dict())
+    return cfg, model.eval(), Path(checkpoint)

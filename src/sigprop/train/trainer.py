@@ -1,0 +1,229 @@
+"""The training loop, in nanoGPT's order: data → forward → backward → clip → step → log → eval →
+checkpoint. Everything else (logging sinks, schedules, diagnostics) is a `Callback`.
+
+Gradient normalisation: the loss of a step is the *global* mean over target positions,
+sum(loss) / n_targets(global batch). Each rank back-propagates its micro-batch sums times
+world_size / n_targets; DDP's gradient averaging divides by world_size again, so one
+process with batch B and N processes with B/N each take the same step (up to float order).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .callbacks import Callback, Diagnostics
+from .checkpoint import capture_rng, list_checkpoints, load_checkpoint, restore_rng, save_checkpoint
+from .config import OptimConfig, RunConfig
+from .data import DataBundle
+from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
+from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
+from .objectives import Batch, loss_terms
+from .sampler import EpochSampler, generator, shard_bounds
+from .schedules import RecoverSchedule, lr_at
+
+EVAL_STREAM, DIAG_STREAM = -1, -2   # generator streams of the fixed validation/diagnostic batches
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or gradient norm became NaN/Inf; the offending step was not applied."""
+
+
+@dataclass
+class TrainState:
+    """Progress that a checkpoint must restore."""
+
+    step: int = 0           # optimizer steps done
+    position: int = 0       # training examples consumed (the data position)
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on norms, biases, or shaping/residual scalars)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+
+class Trainer:
+    """Trains ``model`` on ``data`` as ``cfg`` says; rank 0 writes into ``run_dir``."""
+
+    def __init__(self, cfg: RunConfig, model: nn.Module, data: DataBundle, run_dir: Path,
+                 dist: DistInfo = DistInfo(), callbacks: Sequence[Callback] = ()) -> None:
+        self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
+        self.model = model.to(dist.device)
+        self.ddp = DistributedDataParallel(self.model) if dist.enabled else self.model
+        self.optimizer = make_optimizer(self.model, cfg.optim)
+        self.state = TrainState()
+        self.sampler = EpochSampler(len(data.train), cfg.train.seed)
+        self.micro = shard_bounds(cfg.train.batch_size, dist.world_size, dist.rank, cfg.train.grad_accum)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.last_checkpoint: Path | None = None
+        self.stop_reason: str | None = None
+        self.callbacks: list[Callback] = []
+        if cfg.model.shaping == "recover":
+            self.callbacks.append(RecoverSchedule(self.model, cfg.train.recover_steps))
+        self.callbacks.append(Diagnostics(cfg.train.diag_every))
+        if dist.is_main:
+            self.callbacks.append(JSONLLogger(self.run_dir / "metrics.jsonl"))
+            if cfg.train.tensorboard:
+                self.callbacks.append(TensorBoardLogger(self.run_dir / "tensorboard"))
+            if cfg.train.progress:
+                self.callbacks.append(ProgressBar())
+        self.callbacks += list(callbacks)
+        self._eval_batch: Batch | None = None
+
+    # -- plumbing -----------------------------------------------------------------------
+    def _call(self, hook: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Send a record (a dict with ``kind``) to every callback, stamped with the step."""
+        self._call("on_log", {"step": self.state.step, **record})
+
+    def request_stop(self, reason: str = "requested") -> None:
+        """Finish the current step, save a checkpoint and return from `fit` (signal-safe)."""
+        self.stop_reason = reason
+
+    def _per_micro(self) -> int:
+        return self.micro[0][1] - self.micro[0][0]
+
+    def diag_batch(self) -> Batch:
+        """A fixed validation micro-batch for diagnostics, on the training device."""
+        n = min(len(self.data.val), self._per_micro())
+        idx = torch.arange(n)
+        return self.data.val.batch(idx, generator(self.cfg.train.seed, DIAG_STREAM)).to(self.dist.device)
+
+    # -- one step -----------------------------------------------------------------------
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer step on the next global batch; returns its train record."""
+        t0 = time.perf_counter()
+        cfg, dist = self.cfg, self.dist
+        # data: the whole global batch (cheap), of which this rank uses its micro-batches
+        idx = self.sampler.indices(self.state.position, cfg.train.batch_size)
+        batch = self.data.train.batch(idx, generator(cfg.train.seed, self.state.position))
+        n_targets = max(batch.n_targets, 1)
+        totals = torch.zeros(2, device=dist.device)                   # loss sum, correct
+        for k, (a, b) in enumerate(self.micro):
+            sync = not dist.enabled or k == len(self.micro) - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device))   # forward
+                (loss_sum * (dist.world_size / n_targets)).backward()                        # backward
+            totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
+        all_reduce_sum(totals, dist)
+        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))     # clip
+        loss = float(totals[0]) / n_targets
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.log({"kind": "event", "event": "non_finite", "loss": loss, "grad_norm": grad_norm})
+            raise NonFiniteLossError(
+                f"non-finite training loss {loss} (grad norm {grad_norm}) at step {self.state.step + 1}; "
+                f"the step was not applied. Last good checkpoint: {self.last_checkpoint or 'none'}. "
+                "Lower optim.lr or raise optim.warmup_steps, then resume.")
+        lr = lr_at(self.state.step, cfg.train.steps, cfg.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()                                                                # step
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.position += cfg.train.batch_size
+        return {"kind": "train", "loss": loss, "acc": float(totals[1]) / n_targets, "lr": lr,
+                "grad_norm": grad_norm, "dt": time.perf_counter() - t0}
+
+    # -- evaluation ---------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Loss, perplexity (text) and accuracy on the fixed validation examples (all ranks)."""
+        if self._eval_batch is None:
+            n = min(len(self.data.val), self.cfg.train.eval_batches * self.cfg.train.batch_size)
+            self._eval_batch = self.data.val.batch(torch.arange(n), generator(self.cfg.train.seed, EVAL_STREAM))
+        n = len(self._eval_batch.targets)
+        lo, hi = n * self.dist.rank // self.dist.world_size, n * (self.dist.rank + 1) // self.dist.world_size
+        totals = torch.zeros(3, device=self.dist.device)                # loss sum, correct, targets
+        self.model.eval()
+        for a in range(lo, hi, self._per_micro()):
+            mb = self._eval_batch.rows(a, min(a + self._per_micro(), hi)).to(self.dist.device)
+            loss_sum, correct = loss_terms(self.model, mb)
+            totals += torch.stack([loss_sum, correct.to(totals.dtype), totals.new_tensor(mb.n_targets)])
+        self.model.train()
+        all_reduce_sum(totals, self.dist)
+        loss = float(totals[0] / totals[2])
+        out = {"kind": "eval", "loss": loss, "acc": float(totals[1] / totals[2])}
+        if self.data.tokenizer is not None:
+            out["ppl"] = math.exp(min(loss, 700.0))
+        return out
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save(self) -> None:
+        """Checkpoint the current state (rank 0 writes; every rank contributes its RNG state)."""
+        rngs = all_gather(capture_rng(), self.dist)
+        if self.dist.is_main:
+            meta = {"data_position": self.state.position, "config": self.cfg.to_dict(),
+                    "model_config": self.cfg.model.to_dict()}
+            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.state.step, self.model, self.optimizer,
+                                                   meta, rngs, self.cfg.train.keep_last)
+            self.log({"kind": "event", "event": "checkpoint", "path": str(self.last_checkpoint)})
+        barrier(self.dist)
+
+    def _resume(self) -> list[dict[str, Any]] | None:
+        ckpts = list_checkpoints(self.ckpt_dir)
+        if not ckpts:
+            return None
+        record = load_checkpoint(ckpts[-1], self.model, self.cfg.model.to_dict(), self.optimizer)
+        self.state = TrainState(record["step"], record["data_position"])
+        self.last_checkpoint = ckpts[-1]
+        return record["rng"]
+
+    # -- the loop -----------------------------------------------------------------------
+    def fit(self) -> TrainState:
+        """Train to ``train.steps`` (resuming first if ``train.resume``); returns the final state.
+
+        Raises NonFiniteLossError on a NaN/Inf loss. SIGINT/SIGTERM end the loop after the
+        current step with a checkpoint (``stop_reason`` says why).
+        """
+        t = self.cfg.train
+        rngs = self._resume() if t.resume else None
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda s, _f: self.request_stop(signal.Signals(s).name))
+        self._call("on_train_start")
+        try:
+            if rngs is not None:
+                self.log({"kind": "event", "event": "resumed", "path": str(self.last_checkpoint)})
+                if len(rngs) == self.dist.world_size:
+                    restore_rng(rngs[self.dist.rank])
+                else:   # world size changed: exact continuation is impossible anyway
+                    torch.manual_seed(t.seed + self.dist.rank + self.state.step)
+            elif t.eval_batches:
+                self.log(self.evaluate())                     # the baseline at step 0
+            while self.state.step < t.steps:
+                self._call("on_step_start")
+                self.log(self.train_step())
+                self._call("on_step_end")
+                last = self.state.step == t.steps
+                if t.eval_batches and (last or (t.eval_every and self.state.step % t.eval_every == 0)):
+                    self.log(self.evaluate())
+                stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],
+                                                   device=self.dist.device), self.dist).item() > 0
+                if last or stop or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
+                    self.save()
+                if stop:
+                    self.stop_reason = self.stop_reason or "stopped by another rank"
+                    self.log({"kind": "event", "event": "interrupted", "reason": self.stop_reason})
+                    break
+        finally:
+            self._call("on_train_end")
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.state
