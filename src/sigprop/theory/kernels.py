@@ -15,6 +15,7 @@ All functions accept floats or tensors and work elementwise.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 
@@ -43,6 +44,7 @@ def shaped_relu_nu(rho: Tensorish, c_plus: float = 0.0, c_minus: float = -1.0) -
     return (c_plus - c_minus) ** 2 / (2 * math.pi) * (_sqrt1m2(rho) - rho * _acos(rho))
 
 
+@lru_cache(maxsize=8)
 def _hermite(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes and weights (float64) with sum_i w_i f(x_i) ≈ E[f(g)], g ~ N(0, 1)."""
     import numpy as np

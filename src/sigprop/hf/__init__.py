@@ -1,0 +1,13 @@
+"""sigprop schemes for Hugging Face `transformers` models (optional extra: ``pip install 'sigprop[hf]'``).
+
+    import sigprop.hf
+    cfg = sigprop.hf.apply(model, "dslm")          # or "shaped", "deepnorm"; in place
+    records = sigprop.hf.diagnose(model, batch)    # per-sublayer Records, as sigprop.diagnostics.measure
+
+Supported ``config.model_type``: see `SUPPORTED`. Importing this package needs no `transformers`;
+`apply` uses it only through the model it is given (and to register the shaped attention).
+"""
+from .apply import SUPPORTED, apply, mirror_config
+from .diagnose import diagnose
+
+__all__ = ["apply", "diagnose", "mirror_config", "SUPPORTED"]

@@ -1,0 +1,232 @@
+"""`apply`: re-initialize and rescale a `transformers` model by a sigprop scheme, in place.
+
+The HF config is mirrored by a `ModelConfig` (`mirror_config`); the scheme's own rules then give
+every number: ``std(cfg, ParamInfo)`` for each weight, ``residual(cfg, Site)`` for each residual
+add, ``logit_scale(cfg)`` for a tied output head. What the mirror cannot express is a documented
+gain on top of the scheme's std:
+
+* embeddings: the schemes assume `TokenEmbedding.n_tables` = 2 summed tables; a family with T
+  tables gets gain √(2/T) (unit stream variance), and the tied-logit scale √(T/2) to match;
+* gated MLP (LLaMA): W_down gets gain √(m₂(mirror activation)/m₂(gate)), which turns the
+  scheme's d_ff·σ_down²·m₂ = const into the gated form of `moments.gated_output_moment`;
+* DSLM V/O: gain (r_l / r_T,l)^{1/4} on W_V and W_O, r_l the scheme's input correlation and r_T,l
+  that of `moments.block_correlations` (the family's tables and MLP kernel, and attention over
+  ``seq_len`` keys); 1 for GPT-2/BERT with ``seq_len=None``, where both recursions coincide.
+
+Residual scaling. HF blocks write their residual adds as ``x + g`` inside ``forward``. A pre-hook
+on the module that receives the skip x keeps x; a hook on the branch returns Residual(x, g) − x =
+αx + βg − x, so the block's own add yields x + (αx + βg − x) = αx + βg: exactly λx + βf(x) in
+exact arithmetic, one rounding away in floating point. Post-LN (BERT) becomes N(αx + βg) the same
+way. α, β live in a `sigprop.nn.Residual` registered on the block (in its ``state_dict``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..models import ModelConfig
+from ..nn import Residual, TokenEmbedding, make_activation
+from ..schemes import ParamInfo, Site, dslm, get_scheme
+from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
+from .bert import Bert
+from .gpt2 import GPT2
+from .llama import Llama
+from .moments import block_correlations, gate_moment, gated_kernel
+from .shaped import NAME, ShapedMix, register
+
+FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
+SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
+SCHEMES = ("dslm", "shaped", "deepnorm")
+
+
+def family_of(model: nn.Module) -> Family:
+    """The `Family` of ``model``; a clear error naming the supported ``model_type`` values otherwise."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    raise ValueError(f"sigprop.hf supports transformers models with config.model_type in {SUPPORTED}; "
+                     f"got {type(model).__name__} with model_type {model_type!r}")
+
+
+def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None, k: float = 2.0,
+                  r0: float | None = None, tau0: float = 1.0, c_plus: float = 0.0, c_minus: float = -1.0,
+                  shaping: str = "fixed", learn_residual: bool = False) -> ModelConfig:
+    """The `ModelConfig` that mirrors ``model.config`` under ``scheme`` (validated by ModelConfig)."""
+    family = family_of(model)
+    if scheme not in SCHEMES:
+        raise ValueError(f"sigprop.hf.apply scheme must be one of {SCHEMES}, got {scheme!r}")
+    if scheme == "deepnorm" and family.placement != "post":
+        post = tuple(t for f in FAMILIES if f.placement == "post" for t in f.model_types)
+        raise ValueError(f"scheme 'deepnorm' is Post-LN (x ← LN(αx + G(x))); supported for model_type in {post}, "
+                         f"not Pre-LN {model.config.model_type!r}")
+    fields = family.mirror(model.config)
+    if scheme == "shaped":
+        fields["activation"] = "shaped_relu"
+    return ModelConfig(**fields, scheme=scheme, norm="none" if scheme == "shaped" else f"{family.placement}ln",
+                       residual_gamma=gamma, dslm_k=k, dslm_r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
+                       shaping=shaping, learn_residual=learn_residual)
+
+
+def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None, k: float = 2.0,
+          r0: float | None = None, tau0: float = 1.0, c_plus: float = 0.0, c_minus: float = -1.0,
+          shaping: str = "fixed", learn_residual: bool = False, seq_len: int | None = None,
+          reinit: bool = True) -> ModelConfig:
+    """Make ``model`` (a GPT-2, BERT or LLaMA-family `transformers` model) a ``scheme`` model, in place.
+
+    gamma: residual β (γ); None → the scheme's default (dslm √(k/N), shaped 0.2). k: DSLM β² = k/N.
+    r0: DSLM embedding token correlation (None → Zipf estimate). tau0, c_plus, c_minus, shaping:
+    shaped attention temperature τ₀, shaped-ReLU c±, and "fixed" | "recover" | "learn" γ₁/γ₂/s₋.
+    learn_residual: train λ, β. seq_len: DSLM only, the sequence length T the V/O rule is made
+    for (None → DSLM's L → ∞ limit; short and causal sequences need it). reinit=False re-attaches
+    the forward changes only (e.g. before ``load_state_dict`` of a model saved after `apply`).
+    Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``;
+    ``model.sigprop_exact_mirror`` says whether the mirrored sigprop model has the same init law
+    (then `sigprop.theory.moments.predict` describes it).
+    """
+    if getattr(model, "sigprop_config", None) is not None:
+        raise RuntimeError("sigprop.hf.apply was already applied to this model")
+    if seq_len is not None and (scheme != "dslm" or seq_len < 1):
+        raise ValueError(f"seq_len (a positive int) is used only by scheme 'dslm', got {seq_len!r} with {scheme!r}")
+    family = family_of(model)
+    cfg = mirror_config(model, scheme, gamma=gamma, k=k, r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
+                        shaping=shaping, learn_residual=learn_residual)
+    if scheme == "shaped":
+        _shape(model, family, cfg)
+    if reinit:
+        initialize(model, family, cfg, seq_len)
+    _scale_residuals(model, family, cfg)
+    _scale_tied_logits(model, family, cfg)
+    model.sigprop_config = cfg
+    model.sigprop_exact_mirror = family.exact_mirror and seq_len is None
+    return cfg
+
+
+def _shape(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
+    """Norms → identity, activations → shaped ReLU (both as the family says), shaped attention."""
+    base = model.base_model
+    for parent, name in family.norm_slots(base):
+        setattr(parent, name, nn.Identity())
+    act = get_scheme(cfg.scheme).activation(cfg)
+    for parent, name in [] if family.gated else family.act_slots(base):
+        setattr(parent, name, make_activation(act, cfg.d_model, cfg.c_plus, cfg.c_minus, cfg.shaping))
+    for attn in family.attentions(base):
+        attn.sigprop_shape = ShapedMix(cfg.n_heads, cfg.d_model, attn.is_causal, cfg.tau0, mode=cfg.shaping)
+    register()
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        raise RuntimeError(f"{type(model).__name__} refused attn_implementation {NAME!r}")
+
+
+def _head_pieces(model: nn.Module, seen: dict[int, int]) -> Iterator[Piece]:
+    """Parameters outside the backbone (LM/MLM/classifier heads): Linear/Conv1D weights → ``head``,
+    norms → ``norm``, other vectors named ``bias`` → ``bias``. Parameters already in ``seen`` (tied,
+    e.g. an output head sharing the token embedding) are skipped; ``seen`` is read lazily."""
+    inside = {id(m) for m in model.base_model.modules()}
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+            pieces = linear_pieces(module, "head", None)
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            pieces = norm_pieces(module, None)
+        else:
+            pieces = (Piece(p, "bias", None, tuple(p.shape)) for n, p in module.named_parameters(recurse=False)
+                      if n == "bias" and p.ndim == 1)
+        yield from (p for p in pieces if id(p.param) not in seen)
+
+
+@torch.no_grad()
+def initialize(model: nn.Module, family: Family, cfg: ModelConfig, seq_len: int | None = None) -> dict[str, int]:
+    """Initialize every parameter of ``model`` from its role (bias 0, norm 1, else N(0, (gain·std)²),
+    gains in the module docstring). Every element of every parameter must be covered exactly once;
+    returns counts per role.
+    """
+    scheme = get_scheme(cfg.scheme)
+    stack = "dec" if cfg.arch == "decoder" else "enc"
+    table_gain = math.sqrt(TokenEmbedding.n_tables / family.n_tables)
+    parent, name = family.act_slots(model.base_model)[0]
+    act = getattr(parent, name)
+    gate_gain = math.sqrt(dslm.second_moment(cfg.activation) / gate_moment(act)) if family.gated else 1.0
+    vo_gain = _vo_gains(cfg, family, stack, act, seq_len) if cfg.scheme == "dslm" else None
+
+    def gain(piece: Piece) -> float:
+        if piece.role in ("embed", "pos"):
+            return table_gain
+        if piece.role == "ffn_out":
+            return gate_gain
+        if piece.role in ("v", "o") and vo_gain is not None:
+            return vo_gain[piece.layer]
+        return 1.0
+
+    covered: dict[int, int] = {}
+    counts: dict[str, int] = {}
+
+    def init(piece: Piece) -> None:
+        if piece.role == "bias":
+            piece.tensor.zero_()
+        elif piece.role == "norm":
+            piece.tensor.fill_(1.0)
+        else:
+            std = scheme.std(cfg, ParamInfo(piece.role, stack, piece.layer, piece.shape))
+            piece.tensor.normal_(0.0, gain(piece) * std)
+        covered[id(piece.param)] = covered.get(id(piece.param), 0) + piece.tensor.numel()
+        counts[piece.role] = counts.get(piece.role, 0) + 1
+
+    for piece in family.pieces(model.base_model):
+        init(piece)
+    for piece in _head_pieces(model, covered):
+        init(piece)
+    wrong = [name for name, p in model.named_parameters() if covered.get(id(p), 0) != p.numel()]
+    if wrong:
+        raise RuntimeError(f"sigprop.hf has no init rule for (or initialized twice) parameters {wrong}")
+    return counts
+
+
+def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module, seq_len: int | None) -> list[float]:
+    """(r_l / r_T,l)^{1/4} per block: the scheme's V/O std assumes r_l, `moments.block_correlations` gives r_T,l."""
+    scheme = get_scheme(cfg.scheme)
+    sq, sk = (scheme.std(cfg, ParamInfo(r, stack, 0, (cfg.d_model, cfg.d_model))) for r in ("q", "k"))
+    logit_var = (cfg.d_model * sq * sq) * (cfg.d_model * sk * sk)          # Var(q·k/√d_head), unit inputs
+    kernel = gated_kernel(act) if family.gated else (lambda r: dslm.activation_kernel(cfg.activation, r))
+    ours = block_correlations(cfg, stack, family.n_tables, kernel, seq_len, cfg.arch == "decoder", logit_var)
+    return [(r / r_t) ** 0.25 for r, (_, r_t) in zip(dslm.block_correlations(cfg, stack), ours)]
+
+
+def _scale_residuals(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
+    scheme = get_scheme(cfg.scheme)
+    stack = "dec" if cfg.arch == "decoder" else "enc"
+    for layer, block in enumerate(family.blocks(model.base_model)):
+        for site in family.sites(block):
+            residual = Residual(*scheme.residual(cfg, Site(stack, layer, site.kind)), learnable=cfg.learn_residual)
+            block.add_module(f"sigprop_{site.kind}_residual", residual)
+            _hook_residual(site, residual)
+
+
+def _hook_residual(site: ResidualSite, residual: Residual) -> None:
+    """Turn the block's ``x + g`` at ``site`` into ``αx + βg`` (module docstring)."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(module: nn.Module, args: tuple) -> None:
+        kept["x"] = args[site.skip_arg]
+
+    def scale(module: nn.Module, args: tuple, out: torch.Tensor | tuple) -> torch.Tensor | tuple:
+        x = kept.pop("x")
+        if isinstance(out, tuple):
+            return (residual(x, out[0]) - x, *out[1:])
+        return residual(x, out) - x
+
+    site.skip.register_forward_pre_hook(keep)
+    site.branch.register_forward_hook(scale)
+
+
+def _scale_tied_logits(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
+    """A head tied to the token embedding returns logits × 1/√(d σ_e²), as sigprop's tied heads."""
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is None or out.weight is not inp.weight:
+        return
+    scale = get_scheme(cfg.scheme).logit_scale(cfg) * math.sqrt(family.n_tables / TokenEmbedding.n_tables)
+    out.register_forward_hook(lambda module, args, logits: logits * scale)

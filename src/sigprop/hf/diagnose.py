@@ -1,0 +1,138 @@
+"""`diagnose`: `sigprop.diagnostics.measure` for `transformers` models, in the same `Record` schema.
+
+Rows: layer 0 "embed" = the stream entering the first block; then per block the stream after its
+attention and after its MLP residual add (what sigprop's `Sublayer` outputs). Attention rows also
+carry the Softmax entropy and largest logit, recorded by wrapping the model's attention function
+(Q and K after RoPE; the shaped models' τ). Models on HF's "eager" path report none.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from ..diagnostics.measure import random_projection_loss
+from ..diagnostics.plot import plot_records
+from ..diagnostics.statistics import attention_entropy, stable_rank, token_correlation
+from ..records import Record
+from .apply import family_of
+
+RECORDING = "sigprop_record"
+
+
+def _attention_stats(module: nn.Module, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
+                     scaling: float | None) -> tuple[float, float]:
+    """Entropy of Softmax(QKᵀ·scale + mask) and its largest unmasked logit; q (B, H, T, dh), k (B, H_kv, S, dh)."""
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    shaped = getattr(module, "sigprop_shape", None)
+    scale = shaped.scale(q.shape[-1]) if shaped is not None else (scaling or q.shape[-1] ** -0.5)
+    logits = (q @ k.transpose(-2, -1)) * scale                                 # (B, H, T, S)
+    t, s = logits.shape[-2:]
+    if mask is None and module.is_causal:
+        mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask
+    return attention_entropy(logits.softmax(-1)), logits.amax().item()
+
+
+@contextmanager
+def _recording_attention(model: nn.Module) -> Iterator[dict[nn.Module, tuple[float, float]]]:
+    """Route the model's attention function through one that records `_attention_stats` per module."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    inner, stats = model.config._attn_implementation, {}
+    if inner not in ALL_ATTENTION_FUNCTIONS or inner not in ALL_MASK_ATTENTION_FUNCTIONS:
+        yield stats                                                          # "eager": a per-model function
+        return
+
+    def forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple:
+        with torch.no_grad():
+            stats[module] = _attention_stats(module, query, key, attention_mask, kwargs.get("scaling"))
+        return ALL_ATTENTION_FUNCTIONS[inner](module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(RECORDING, forward)
+    AttentionMaskInterface.register(RECORDING, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+    model.set_attn_implementation(RECORDING)
+    try:
+        yield stats
+    finally:
+        model.set_attn_implementation(inner)
+
+
+def _predicted(model: nn.Module, batch: Any) -> list[Record] | None:
+    """`sigprop.theory.moments.predict` for the mirrored config, if `apply` found the mirror exact,
+    with the batch's own token-collision probability Σ_v (n_v/N)²."""
+    if not getattr(model, "sigprop_exact_mirror", False):
+        return None
+    try:
+        from ..theory.moments.predict import predict
+    except ImportError:
+        return None
+    ids = batch["input_ids"] if isinstance(batch, dict) else batch
+    collision = (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
+    return predict(model.sigprop_config, seq_len=ids.shape[-1], token_collision=collision)
+
+
+def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+             seed: int = 0, attention_stats: bool = True, plot: str | Path | None = None) -> list[Record]:
+    """Per-sublayer records of a `transformers` model on ``batch`` (input_ids, or a dict of kwargs).
+
+    One forward and backward pass; the loss is ``loss_fn(out)`` or ⟨out, G⟩ with G ~ N(0, 1)
+    (`random_projection_loss`), out = the logits (or last hidden state). Parameters' ``.grad`` are
+    left untouched. ``plot``: write a PNG of the measured curves with `plot_records`, and the
+    predicted ones where `sigprop.theory.moments.predict` exists and `apply` found the mirrored
+    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2 without ``seq_len``); else the
+    title says "measured only".
+    """
+    family = family_of(model)
+    blocks = family.blocks(model.base_model)
+    stack = "dec" if family.mirror(model.config)["arch"] == "decoder" else "enc"
+    outputs: dict[tuple[int, str], torch.Tensor] = {}
+
+    def keep(key: tuple[int, str], as_input: bool) -> Callable:
+        def hook(module: nn.Module, args: tuple, out: Any = None) -> None:
+            y = args[0] if as_input else (out[0] if isinstance(out, tuple) else out)
+            if key not in outputs:
+                y.retain_grad()
+                outputs[key] = y
+        return hook
+
+    hooks = [blocks[0].register_forward_pre_hook(keep((0, "embed"), True))]
+    for layer, block in enumerate(blocks):
+        for site in family.sites(block):
+            hook = keep((layer + 1, site.kind), site.out_is_input)
+            hooks.append(site.out.register_forward_pre_hook(hook) if site.out_is_input
+                         else site.out.register_forward_hook(hook))
+    attention_layer = {m: i + 1 for i, m in enumerate(family.attentions(model.base_model))}
+    saved_grads = {p: p.grad for p in model.parameters()}
+    try:
+        with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
+            out = model(**batch) if isinstance(batch, dict) else model(batch)
+        out = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+        (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
+    finally:
+        for h in hooks:
+            h.remove()
+        for p, g in saved_grads.items():
+            p.grad = g
+    attn = {(attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
+    records = []
+    for (layer, kind), y in outputs.items():
+        entropy, max_logit = attn.get((layer, kind), (None, None))
+        records.append(Record(
+            layer=layer, sublayer=kind, stack=stack, source="measured",
+            fwd_mean=y.mean().item(), fwd_var=y.var().item(), token_corr=token_correlation(y.detach()),
+            grad_var=None if y.grad is None else y.grad.var().item(),
+            attn_entropy=entropy, max_logit=max_logit, stable_rank=stable_rank(y.detach()),
+        ))
+    if plot is not None:
+        predicted = _predicted(model, batch)
+        curves = {"measured": records} | ({"predicted": predicted} if predicted else {})
+        plot_records(curves, plot, title=f"{type(model).__name__}" + ("" if predicted else " (measured only)"))
+    return records

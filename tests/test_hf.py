@@ -1,0 +1,372 @@
+"""sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
+import inspect
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+transformers = pytest.importorskip("transformers")
+
+import sigprop.hf as hf  # noqa: E402
+from sigprop import ModelConfig, build_model  # noqa: E402
+from sigprop.diagnostics import measure, token_correlation  # noqa: E402
+from sigprop.hf import moments  # noqa: E402
+from sigprop.schemes.dslm import activation_kernel, block_correlations  # noqa: E402
+
+V = 256
+NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def gpt2(layers: int, d: int = 32, **kw) -> torch.nn.Module:
+    cfg = dict(vocab_size=V, n_embd=d, n_layer=layers, n_head=4, n_positions=64, resid_pdrop=0.0,
+               embd_pdrop=0.0, attn_pdrop=0.0, **NO_SPECIAL) | kw
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg))
+
+
+def bert(layers: int, d: int = 32, **kw) -> torch.nn.Module:
+    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=4 * d,
+               max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **NO_SPECIAL) | kw
+    return transformers.BertForMaskedLM(transformers.BertConfig(**cfg))
+
+
+def llama(layers: int, d: int = 32, model_type: str = "llama", **kw) -> torch.nn.Module:
+    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=3 * d, max_position_embeddings=64, **NO_SPECIAL) | kw
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: a second intra-op thread only adds OpenMP spin-waits (10x slower on a shared 2-core box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def logits(model: torch.nn.Module, ids: torch.Tensor, **kw) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids, **kw).logits
+
+
+def cached_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Logits of ``ids`` fed token by token through the KV cache (``past_key_values`` became ``cache`` in 5.x)."""
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache, steps = None, []
+    with torch.no_grad():
+        for i in range(ids.shape[1]):
+            out = model(ids[:, i:i + 1], use_cache=True, **{name: cache})
+            cache, steps = getattr(out, name), steps + [out.logits]
+    return torch.cat(steps, 1)
+
+
+# --- the new moment rules, against Monte Carlo -------------------------------------------------
+
+def test_gated_output_moment_matches_monte_carlo():
+    """E[y²] of W_d(silu(W_g x) ⊙ W_u x): exact-at-any-width formula vs 24 weight draws (4 standard errors)."""
+    torch.manual_seed(0)
+    d, d_ff, q = 64, 256, 1.7
+    var_g, var_u, var_d = 2.5 / d, 0.7 / d, 1.3 / d_ff
+    x = torch.randn(64, d, dtype=torch.float64)
+    x = x * math.sqrt(q * d) / x.norm(dim=-1, keepdim=True)                           # |x|²/d = q exactly
+    draws = []
+    for _ in range(24):
+        a = x @ (torch.randn(d, d_ff, dtype=torch.float64) * math.sqrt(var_g))
+        b = x @ (torch.randn(d, d_ff, dtype=torch.float64) * math.sqrt(var_u))
+        y = (F.silu(a) * b) @ (torch.randn(d_ff, d, dtype=torch.float64) * math.sqrt(var_d))
+        draws.append(y.square().mean().item())
+    est = torch.tensor(draws)
+    want = moments.gated_output_moment(F.silu, d, d_ff, var_g, var_u, var_d, q)
+    assert abs(est.mean().item() - want) < 4 * est.std().item() / math.sqrt(len(draws))
+    assert moments.gate_moment(F.silu) == pytest.approx(0.3557, abs=1e-4)
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.8])
+def test_gated_kernel_matches_monte_carlo(rho):
+    g = torch.Generator().manual_seed(1)
+    n = 400_000
+    u = torch.randn(n, 2, generator=g, dtype=torch.float64)                          # gate pre-activations
+    w = torch.randn(n, 2, generator=g, dtype=torch.float64)                          # up pre-activations
+    a = torch.stack([u[:, 0], rho * u[:, 0] + math.sqrt(1 - rho ** 2) * u[:, 1]], 1)
+    b = torch.stack([w[:, 0], rho * w[:, 0] + math.sqrt(1 - rho ** 2) * w[:, 1]], 1)
+    h = F.silu(a) * b
+    prod = h[:, 0] * h[:, 1]
+    mc = prod.mean().item() / h[:, 0].square().mean().item()
+    assert moments.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_softmax_collision_brackets_monte_carlo(causal):
+    """The ratio-of-expectations form over-estimates E[Σp²] by 0–15% (v ≤ 1), never under."""
+    g = torch.Generator().manual_seed(2)
+    t = 32
+    for var in (0.3, 1.0):
+        s = torch.randn(3000, t, t, generator=g, dtype=torch.float64) * math.sqrt(var)
+        if causal:
+            s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        mc = s.softmax(-1).square().sum(-1).mean().item()
+        assert mc * 0.995 <= moments.softmax_collision(t, causal, var) <= 1.15 * mc
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_correlations_match_one_layer_monte_carlo(causal):
+    """One random attention layer (σ² = 1/d for Q, K, V) on tokens with correlation r: output
+    variance = r_T (DSLM's r at L → ∞) within 12%, output token correlation = r_out within 0.05."""
+    g = torch.Generator().manual_seed(3)
+    d, heads, t, b = 128, 4, 32, 32
+    for r in (0.05, 0.3, 0.7):
+        var, corr = [], []
+        for _ in range(6):
+            x = math.sqrt(r) * torch.randn(b, 1, d, generator=g, dtype=torch.float64) \
+                + math.sqrt(1 - r) * torch.randn(b, t, d, generator=g, dtype=torch.float64)
+            q, k, v = ((x @ (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)))
+                       .view(b, t, heads, -1).transpose(1, 2) for _ in range(3))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            var.append(y.var().item())
+            corr.append(token_correlation(y.transpose(1, 2).reshape(b, t, d)))
+        r_t, r_out = moments.attention_correlations(r, t, causal, logit_var=1.0)
+        assert sum(var) / len(var) == pytest.approx(r_t, rel=0.12)
+        assert sum(corr) / len(corr) == pytest.approx(r_out, abs=0.05)
+
+
+def test_block_correlations_reduce_to_dslm():
+    """Two tables, the plain-MLP kernel and L → ∞ give back DSLM's own recursion, exactly."""
+    cfg = ModelConfig(scheme="dslm", d_model=32, n_heads=4, n_layers=24, activation="relu", dropout=0.1)
+    ours = moments.block_correlations(cfg, "dec", 2, lambda r: activation_kernel("relu", r), None, True)
+    assert [r for r, _ in ours] == pytest.approx(block_correlations(cfg, "dec"), rel=1e-12)
+    assert all(r == r_t for r, r_t in ours)
+
+
+# --- apply: DSLM keeps unit variance, generate() works -----------------------------------------
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "llama"])
+def test_dslm_forward_variance_stays_near_one_through_48_layers(family):
+    torch.manual_seed(0)
+    model = MODELS[family](48, d=64)
+    cfg = hf.apply(model, "dslm", seq_len=32)
+    assert cfg.scheme == "dslm" and cfg.norm == ("postln" if family == "bert" else "preln")
+    records = hf.diagnose(model, torch.randint(0, V, (16, 32)), attention_stats=False)
+    assert [(r.layer, r.sublayer) for r in records[:3]] == [(0, "embed"), (1, "attn"), (1, "mlp")]
+    assert len(records) == 1 + 2 * 48
+    variances = [r.fwd_var for r in records]
+    assert 0.8 <= min(variances) and max(variances) <= 1.25, variances
+
+
+def test_dslm_residual_weights_and_beta():
+    model = gpt2(6)
+    cfg = hf.apply(model, "dslm", k=3.0)
+    for block in model.transformer.h:
+        for res in (block.sigprop_attn_residual, block.sigprop_mlp_residual):
+            assert res.beta.item() ** 2 == pytest.approx(3.0 / 12)
+            assert res.alpha.item() ** 2 + res.beta.item() ** 2 == pytest.approx(1.0)
+    assert model.sigprop_config is cfg
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("scheme", ["dslm", "shaped"])
+def test_generate_matches_greedy_full_forward(family, scheme):
+    torch.manual_seed(0)
+    model = MODELS[family](3).eval()
+    hf.apply(model, scheme)
+    ids = torch.randint(0, V, (2, 5))
+    out = model.generate(ids, max_new_tokens=6, do_sample=False)
+    seq = ids
+    for _ in range(6):                                     # no cache: the whole prefix every step
+        seq = torch.cat([seq, logits(model, seq, use_cache=False)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, seq)
+
+
+# --- shaped: the same math as sigprop's decoder, with and without the KV cache ----------------
+
+def copy_sigprop_into_gpt2(sp: torch.nn.Module, model: torch.nn.Module) -> None:
+    """sigprop DecoderLM (bias=True) → HF GPT-2. GPT-2's Conv1D stores W as (in, out), so every
+    weight is transposed; c_attn is [W_Q; W_K; W_V] concatenated along the output dimension."""
+    t = model.transformer
+    with torch.no_grad():
+        t.wte.weight.copy_(sp.embed.tok.weight)
+        t.wpe.weight[: sp.embed.pos.num_embeddings].copy_(sp.embed.pos.weight)
+        for block, ours in zip(t.h, sp.stack.blocks):
+            a, m = ours.attn.fn, ours.mlp.fn
+            block.attn.c_attn.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).T)
+            block.attn.c_attn.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+            for conv, lin in ((block.attn.c_proj, a.o_proj), (block.mlp.c_fc, m.fc1), (block.mlp.c_proj, m.fc2)):
+                conv.weight.copy_(lin.weight.T)
+                conv.bias.copy_(lin.bias)
+            for norm, theirs in ((block.ln_1, ours.attn.norm), (block.ln_2, ours.mlp.norm)):
+                if theirs is not None:
+                    norm.load_state_dict(theirs.state_dict())
+        if not isinstance(sp.stack.final_norm, torch.nn.Identity):
+            t.ln_f.load_state_dict(sp.stack.final_norm.state_dict())
+
+
+def twin_models(scheme: str, **params) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A sigprop decoder and an HF GPT-2 after apply(scheme), same weights (biases and norm gains
+    randomized too, so the mapping is tested), float64."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="decoder", scheme=scheme, vocab_size=V, d_model=32, n_layers=3, n_heads=4,
+                      max_seq_len=16, bias=True, activation="relu" if scheme == "shaped" else "gelu",
+                      residual_gamma=params.get("gamma"), tau0=params.get("tau0", 1.0))
+    sp = build_model(cfg).double()
+    with torch.no_grad():
+        for p in sp.parameters():
+            if p.ndim == 1:
+                p.normal_(0.0, 0.5)
+    model = gpt2(3, activation_function="gelu")          # exact-erf GeLU, as sigprop's nn.GELU
+    hf.apply(model, scheme, **params)
+    model.double().eval()
+    copy_sigprop_into_gpt2(sp, model)
+    return sp, model
+
+
+@pytest.mark.parametrize("scheme, params", [("shaped", dict(gamma=0.3, tau0=0.7)), ("dslm", dict())])
+def test_gpt2_equals_sigprop_decoder_with_and_without_cache(scheme, params):
+    sp, model = twin_models(scheme, **params)
+    ids = torch.randint(0, V, (3, 16))
+    want = sp(ids)
+    for got in (logits(model, ids), cached_logits(model, ids)):
+        assert (got - want).abs().max().item() <= 1e-8 * want.abs().max().item()
+
+
+def test_diagnose_equals_measure_on_twin_models(tmp_path):
+    pytest.importorskip("matplotlib")
+    sp, model = twin_models("shaped", gamma=0.3)
+    ids = torch.randint(0, V, (4, 16))
+    ours, theirs = hf.diagnose(model, ids, seed=3, plot=tmp_path / "hf.png"), measure(sp, ids, seed=3)
+    assert (tmp_path / "hf.png").stat().st_size > 0
+    assert [(r.layer, r.sublayer, r.stack) for r in ours] == [(r.layer, r.sublayer, r.stack) for r in theirs]
+    for a, b in zip(ours, theirs):
+        for field in ("fwd_mean", "fwd_var", "token_corr", "grad_var", "stable_rank", "attn_entropy", "max_logit"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (x is None) == (y is None), field
+            assert x is None or x == pytest.approx(y, rel=1e-8, abs=1e-12), (a.layer, a.sublayer, field)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+def test_shaped_llama_cache_rope_gqa_and_left_padding(model_type):
+    torch.manual_seed(0)
+    model = llama(3, model_type=model_type)
+    hf.apply(model, "shaped")
+    model.double().eval()
+    assert all(isinstance(b.input_layernorm, torch.nn.Identity) for b in model.model.layers)
+    ids = torch.randint(0, V, (2, 10))
+    assert (cached_logits(model, ids) - logits(model, ids)).abs().max().item() <= 1e-10
+    short = ids[1:, 4:]                                     # row 1 without its first 4 tokens ...
+    padded = torch.cat([torch.zeros(1, 4, dtype=ids.dtype), short], 1)   # ... left-padded in a batch
+    mask = torch.cat([torch.zeros(1, 4), torch.ones(1, 6)], 1).long()
+    gen = model.generate(torch.cat([ids[:1], padded]), attention_mask=torch.cat([torch.ones(1, 10).long(), mask]),
+                         max_new_tokens=4, do_sample=False)
+    assert torch.equal(gen[1, 10:], model.generate(short, max_new_tokens=4, do_sample=False)[0, 6:])
+
+
+def test_shaped_refuses_masks_it_cannot_center():
+    """C must be the softmax of zero logits under the same mask: windows and static caches are refused."""
+    model = llama(1, model_type="mistral", sliding_window=4)
+    hf.apply(model, "shaped")
+    with pytest.raises(NotImplementedError, match="sliding windows"):
+        model(torch.randint(0, V, (1, 10)))
+    model = llama(1)
+    hf.apply(model, "shaped")
+    with pytest.raises(NotImplementedError, match="DynamicCache"):
+        model.generate(torch.randint(0, V, (1, 5)), max_new_tokens=2, cache_implementation="static")
+
+
+def test_shaped_bert_ignores_padding():
+    torch.manual_seed(0)
+    model = bert(3)
+    hf.apply(model, "shaped")
+    model.double().eval()
+    ids = torch.randint(0, V, (1, 12))
+    padded = torch.cat([ids, torch.zeros(1, 4, dtype=ids.dtype)], 1)
+    mask = torch.cat([torch.ones(1, 12), torch.zeros(1, 4)], 1).long()
+    out = logits(model, padded, attention_mask=mask)[:, :12]
+    assert (out - logits(model, ids)).abs().max().item() <= 1e-10
+
+
+def test_post_ln_residual_is_exactly_ln_of_alpha_x_plus_beta_f():
+    torch.manual_seed(0)
+    model = bert(2).double()
+    hf.apply(model, "deepnorm")
+    layer = model.bert.encoder.layer[1]
+    out, res = layer.output, layer.sigprop_mlp_residual
+    assert res.alpha.item() == pytest.approx((2 * 2) ** 0.25) and res.beta.item() == 1.0
+    h, x = torch.randn(2, 5, 128, dtype=torch.float64), torch.randn(2, 5, 32, dtype=torch.float64)
+    want = F.layer_norm(res.alpha * x + res.beta * out.dense(h), (32,), out.LayerNorm.weight, out.LayerNorm.bias,
+                        out.LayerNorm.eps)
+    assert torch.allclose(out(h, x), want, rtol=0, atol=1e-12)
+
+
+# --- training, round trips, errors --------------------------------------------------------------
+
+@pytest.mark.parametrize("family, scheme", [("gpt2", "dslm"), ("gpt2", "shaped"), ("bert", "dslm"),
+                                            ("bert", "deepnorm"), ("bert", "shaped"), ("llama", "dslm"),
+                                            ("llama", "shaped")])
+def test_adamw_steps_reduce_the_loss(family, scheme):
+    torch.manual_seed(0)
+    model = MODELS[family](4)
+    hf.apply(model, scheme, **({"learn_residual": True} if scheme == "shaped" else {}))
+    ids = torch.randint(0, V, (8, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        loss = model(ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+@pytest.mark.parametrize("scheme", ["dslm", "shaped"])
+def test_reinit_false_restores_a_saved_model(scheme):
+    torch.manual_seed(0)
+    model = gpt2(2)
+    hf.apply(model, scheme, learn_residual=True)
+    state = {k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    fresh = gpt2(2)
+    hf.apply(fresh, scheme, learn_residual=True, reinit=False)
+    fresh.load_state_dict(state)
+    ids = torch.randint(0, V, (2, 8))
+    assert torch.equal(logits(model.eval(), ids), logits(fresh.eval(), ids))
+
+
+def test_unsupported_models_and_schemes_raise_clear_errors():
+    opt = transformers.OPTForCausalLM(transformers.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
+                                                              ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))
+    with pytest.raises(ValueError, match=r"model_type in \('gpt2', 'bert', 'llama'.*got OPTForCausalLM.*'opt'"):
+        hf.apply(opt, "dslm")
+    with pytest.raises(ValueError, match="deepnorm.*Post-LN.*'bert'"):
+        hf.apply(gpt2(1), "deepnorm")
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        hf.apply(gpt2(1), "preln")
+    with pytest.raises(ValueError, match="seq_len"):
+        hf.apply(gpt2(1), "shaped", seq_len=16)
+    model = gpt2(1)
+    hf.apply(model, "dslm")
+    with pytest.raises(RuntimeError, match="already applied"):
+        hf.apply(model, "dslm")
+
+
+def test_every_parameter_is_initialized_by_its_role():
+    torch.manual_seed(0)
+    model = gpt2(4, d=64)
+    hf.apply(model, "shaped")
+    t = model.transformer
+    assert t.h[0].attn.c_attn.weight[:, :64].std().item() == pytest.approx(1 / 8, rel=0.05)       # Q: 1/√d
+    assert t.h[0].mlp.c_proj.weight.std().item() == pytest.approx(1 / 16, rel=0.05)             # FFN out: 1/√d_ff
+    assert t.wte.weight.std().item() == pytest.approx(math.sqrt(0.5), rel=0.05)                 # 2 tables
+    assert all(b.attn.c_attn.bias.abs().max() == 0 for b in t.h)
+    model = llama(2, d=64)
+    hf.apply(model, "dslm")
+    down = model.model.layers[0].mlp.down_proj.weight
+    assert down.var().item() == pytest.approx(1 / (192 * moments.gate_moment(F.silu)), rel=0.05)  # gated rule
+    assert model.model.embed_tokens.weight.var().item() == pytest.approx(1.0, rel=0.05)         # 1 table
+    model = gpt2(1)
+    model.transformer.h[0].mlp.extra = torch.nn.Parameter(torch.ones(3, 3))
+    with pytest.raises(RuntimeError, match=r"no init rule.*transformer\.h\.0\.mlp\.extra"):
+        hf.apply(model, "dslm")
