@@ -21,8 +21,9 @@ import torch.nn.functional as F
 
 from sigprop.nn import ShapedReLU as ShapedReLUModule
 from sigprop.theory.moments import (Attention, Component, Dropout, Embedding, ErrorRow, GeLU, LayerNorm, Linear,
-                                    Moments, ReLU, Residual, RMSNorm, ShapedReLU, Softmax, attention_block,
-                                    error_table, ffn_block, format_error_table, serial, zipf_collision_probability)
+                                    Moments, PostNormResidual, ReLU, Residual, RMSNorm, ShapedReLU, Softmax,
+                                    attention_block, error_table, ffn_block, format_error_table, serial,
+                                    zipf_collision_probability)
 
 DT = torch.float64
 Sim = Callable[[torch.Tensor, torch.Generator], torch.Tensor]   # (input, gen) -> output, differentiable
@@ -71,6 +72,8 @@ class Case:
     shape: tuple[int, int, int]
     backward: bool = True
     others: tuple[tuple[str, Component], ...] = ()     # alternative theories scored on the same samples
+    normalize_input: bool = False     # feed LayerNorm(sample) (fixed norm, mean-free); theory input = LayerNorm.fwd(m)
+    project_upstream: bool = False    # upstream gradient ⊥ 1 and ⊥ the output token (a next Post-LN sublayer's)
 
 
 def _rows(name: str, comp: Component, m: Moments, emp: torch.Tensor, se: torch.Tensor,
@@ -91,16 +94,23 @@ def case_rows(family: str, case: Case, seed: int = 0) -> list[ErrorRow]:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)                                    # F.dropout uses the global generator
     x, cx = gaussian(case.shape, case.m.mean, case.m.var, case.m.corr, gen)
+    m = case.m
+    if case.normalize_input:
+        x, m = F.layer_norm(x, x.shape[-1:], eps=1e-12), LayerNorm(x.shape[-1]).fwd(case.m)
     x.requires_grad_(True)
     y = case.sim(x, gen)
     emp, se = pooled(y, cx)
     gemp = gse = None
     if case.backward:
         g, cg = gaussian(y.shape, 0.0, case.m.grad_var, case.m.grad_corr, gen)
+        if case.project_upstream:
+            yhat = y.detach() / y.detach().norm(dim=-1, keepdim=True)
+            g = g - g.mean(-1, keepdim=True)
+            g = (g - (g * yhat).sum(-1, keepdim=True) * yhat) * math.sqrt(y.shape[-1] / (y.shape[-1] - 2))
         (y * g).sum().backward()
         gemp, gse = pooled(x.grad, torch.cat([cx, cg], 1))
     return [row for name, comp in ((family, case.component), *case.others)
-            for row in _rows(name, comp, case.m, emp, se, gemp, gse)]
+            for row in _rows(name, comp, m, emp, se, gemp, gse)]
 
 
 def family_rows(family: str, cases: list[Case]) -> list[ErrorRow]:
@@ -339,6 +349,28 @@ def block_cases() -> list[Case]:
     ]
 
 
+def postnorm_cases() -> list[Case]:
+    """y = LN(a x + b f(x)), f an FFN or attention with fresh weights; x a LayerNorm output (fixed norm) with
+    the upstream gradient of a next Post-LN sublayer (⊥ 1, ⊥ y), or Gaussian x with an isotropic gradient."""
+    d, n = 64, 8
+    ln = pointwise(lambda x: F.layer_norm(x, (d,), eps=1e-12))
+    kw = {"q_var": 1 / d, "k_var": 1 / d, "v_var": 1 / d, "o_var": 1 / d}
+    w1, w2 = 1 / d, 2 / (4 * d)
+    branches = {"ffn": (ffn_block(d, 4 * d, w1, w2, ReLU()), ffn_sim(d, 4 * d, w1, w2, F.relu, 0.0)),
+                "attn": (serial(Attention(d, 2, n, **kw)), reference_attention(d, 2, **kw))}
+    grid = [("ffn", 1.0, 1.0, True, True, 0.3), ("ffn", 0.98, 0.2, True, True, 0.6),      # (branch, α, β, normalized,
+            ("attn", 1.0, 1.0, True, True, 0.3), ("attn", 0.98, 0.2, True, True, 0.0),    #  projected upstream, r)
+            ("ffn", 1.0, 1.0, False, False, 0.3), ("ffn", 1.0, 1.0, True, False, 0.5)]
+    out = []
+    for i, (kind, a, b, normalized, project, r) in enumerate(grid):
+        comp, sim = branches[kind]
+        post = PostNormResidual(a, b, comp, d, normalized_input=normalized, upstream_align=0.0 if project else 2.0)
+        out.append(Case(f"{kind} a{a} b{b} normalized={normalized} projected={project} r{r}", post,
+                        Moments(0.0, 1.0, r, 1.0, _rg(i)), then(residual_sim(a, b, sim), ln), (800, n, d),
+                        normalize_input=normalized, project_upstream=project))
+    return out
+
+
 def embedding_cases() -> list[Case]:
     c = zipf_collision_probability(500)
     return [Case(f"zipf500 segment={seg}", Embedding(0.3, (c, 0.0, 1.0) if seg else (c, 0.0)), Moments(0.0, 1.0, 0.0),
@@ -350,6 +382,7 @@ FAMILIES: dict[str, Callable[[], list[Case]]] = {
     "shaped_relu": lambda: activation_cases("shaped_relu"), "layernorm": lambda: norm_cases("layernorm"),
     "rmsnorm": lambda: norm_cases("rmsnorm"), "dropout": dropout_cases, "softmax": softmax_cases,
     "attention": attention_cases, "residual": residual_cases, "blocks": block_cases, "embedding": embedding_cases,
+    "postnorm": postnorm_cases,
 }
 
 

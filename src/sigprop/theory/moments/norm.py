@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,9 +34,17 @@ def hyp2f1(a: float, b: float, c: float, z: float) -> float:
     """Gauss hypergeometric ₂F₁(a, b; c; z) for 0 <= z <= 1 (series; Gauss's theorem at z = 1)."""
     if z >= 1.0:
         return math.exp(math.lgamma(c) + math.lgamma(c - a - b) - math.lgamma(c - a) - math.lgamma(c - b))
-    n = np.arange(int(min(1e6, 40.0 / (1.0 - z) + 100)))
-    terms = np.cumprod(np.concatenate([[1.0], (a + n[:-1]) * (b + n[:-1]) / ((c + n[:-1]) * (n[:-1] + 1)) * z]))
-    return float(terms.sum())
+    total, term, start, block = 0.0, 1.0, 0, 64
+    while start < 10 ** 6:                       # blocks of terms until the tail bound term/(1−z) is negligible
+        n = np.arange(start, start + block)
+        ratios = (a + n) * (b + n) / ((c + n) * (n + 1)) * z
+        terms = term * np.cumprod(np.concatenate([[1.0], ratios[:-1]]))
+        total += float(terms.sum())
+        term, start = float(terms[-1] * ratios[-1]), start + block
+        if ratios[-1] < 1 and abs(term) <= 1e-17 * (1 - z) * abs(total):
+            break
+        block *= 2
+    return total
 
 
 def _gamma_ratio_sq(x: float, y: float) -> float:
@@ -43,21 +52,28 @@ def _gamma_ratio_sq(x: float, y: float) -> float:
     return math.exp(2 * (math.lgamma(x) - math.lgamma(y)))
 
 
+@lru_cache(maxsize=4096)
 def mean_cosine(k: int, r: float) -> float:
     """E[cos(u, v)] for u, v ∈ R^k with i.i.d. coordinate pairs of correlation r."""
-    return r * 2.0 / k * _gamma_ratio_sq((k + 1) / 2, k / 2) * hyp2f1(0.5, 0.5, k / 2 + 1, r * r)
+    c = r * 2.0 / k * _gamma_ratio_sq((k + 1) / 2, k / 2) * hyp2f1(0.5, 0.5, k / 2 + 1, r * r)
+    return max(-1.0, min(1.0, c))                   # round-off near |r| = 1
 
 
 def _normalize(m: Moments, k: int) -> Moments:
     return replace(m, mean=0.0, var=1.0, corr=mean_cosine(k, m.corr))
 
 
-def _normalize_bwd(m_in: Moments, g_out: Moments, k: int) -> Moments:
-    r = m_in.corr
+@lru_cache(maxsize=4096)
+def _cross_factor(k: int, r: float) -> float:
+    """E[(k − 2 + c²)/(|u_i||u_j|)]·σ² for unit-variance inputs (see the module docstring)."""
     inv_norms = _gamma_ratio_sq((k - 1) / 2, k / 2) * hyp2f1(0.5, 0.5, k / 2, r * r) / 2
     cos2 = 1 - (k - 1) / k * (1 - r * r) * hyp2f1(1.0, 1.0, k / 2 + 1, r * r)
+    return (k - 2 + cos2) * inv_norms
+
+
+def _normalize_bwd(m_in: Moments, g_out: Moments, k: int) -> Moments:
     var = (k - 1) / (k - 2)
-    cov = g_out.grad_corr * (k - 2 + cos2) * inv_norms
+    cov = g_out.grad_corr * _cross_factor(k, m_in.corr)
     return replace(m_in, grad_var=g_out.grad_var * var / m_in.var, grad_corr=ratio(cov, var))
 
 

@@ -23,7 +23,10 @@ class Residual:
     branch: Component
 
     def fwd(self, m: Moments) -> Moments:
-        f = self.branch.fwd(m)
+        return self.combine(m, self.branch.fwd(m))
+
+    def combine(self, m: Moments, f: Moments) -> Moments:
+        """The forward sum for input moments ``m`` and branch output moments ``f``."""
         a2, b2 = self.alpha ** 2, self.beta ** 2
         var = a2 * m.var + b2 * f.var
         return replace(m, mean=self.alpha * m.mean + self.beta * f.mean, var=var,

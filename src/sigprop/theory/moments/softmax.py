@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
 from .state import Moments, check_size
 
+QUADRATURE_BETA_MAX = 4.0     # largest mean logit scale accepted: pair functionals 1e-5 at β = 3, 1e-2 at β = 4;
+                              # fluctuation nodes beyond it (small weight) degrade gracefully (rows 4e-3 at β = 8)
 Index1 = tuple[int, int]               # (a, q): S^a z^q
 Index2 = tuple[int, int, int, int]     # (a, b, qz, qw): S^a S'^b z^qz w^qw
 
@@ -47,6 +50,7 @@ def _t_grid(beta2: float, n_max: float, h: float) -> tuple[np.ndarray, np.ndarra
     return t, h * t
 
 
+@lru_cache(maxsize=8)
 def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = np.polynomial.hermite_e.hermegauss(n)
     return x, w / w.sum()
@@ -63,6 +67,7 @@ class RowSums:
         self.kernel = np.exp(-self.t[:, None] * self.ez[None, :]) * wz     # (T, Z)
         self.m = self.kernel.sum(1)
         self._phi: dict[Index1, np.ndarray] = {}
+        self._powers: dict[int, np.ndarray] = {}
 
     def phi(self, a: int, q: int) -> np.ndarray:
         if (a, q) not in self._phi:
@@ -75,48 +80,60 @@ class RowSums:
         f = self.wt * self.t ** (big_a - 1) / math.factorial(big_a - 1)
         for a, q in idx:
             f = f * self.phi(a, q)
-        powers = self.m[:, None] ** np.maximum(self.n[None, :] - k, 0.0)
-        return np.where(self.n >= k, _falling(self.n, k) * np.einsum("t,tn->n", f, powers, optimize=False), 0.0)
+        if k not in self._powers:                                          # M^{n−k}: the other keys, (T, N)
+            self._powers[k] = self.m[:, None] ** np.maximum(self.n[None, :] - k, 0.0)
+        total = np.einsum("t,tn->n", f, self._powers[k], optimize=False)
+        return np.where(self.n >= k, _falling(self.n, k) * total, 0.0)
 
 
 class PairSums:
     """Softmax functionals of two queries with logits βz, βz' (z' = ρz + √(1−ρ²)w) on shared keys,
     averaged over the ordered key counts (n1, n2) of ``pairs``: query 1 sees n1 keys, query 2 the same
-    n1 keys plus n2 − n1 keys of its own (causal masking); indices run over the shared keys."""
+    n1 keys plus n2 − n1 keys of its own (causal masking); indices run over the shared keys.
 
-    def __init__(self, beta2: float, rho: float, pairs: np.ndarray, h: float = 0.4, nodes: int = 24) -> None:
+    Per key, φ(t, t') = E[f(z, w) e^{−t e^{βz} − t' e^{βz'}}] on a (z, w) Gauss–Hermite grid is
+    contracted in two steps, over w at fixed z (only e^{βz'} depends on w), then over z: O(T Z W)
+    instead of O(T² Z W). The sum over pairs is a Horner recursion in n1. Step h = 0.6 in log t:
+    ≤ 3e-7 relative to h = 0.2 for β² ≤ 9, L = 128 (measured)."""
+
+    def __init__(self, beta2: float, rho: float, pairs: np.ndarray, h: float = 0.6, nodes: int = 24) -> None:
         self.pairs = np.asarray(pairs, dtype=float).reshape(-1, 2)
         self.t, self.wt = _t_grid(beta2, float(self.pairs.max()), h)
-        x, wx = _hermite(nodes)
-        z, w = np.repeat(x, nodes), np.tile(x, nodes)
-        self.z, self.w, self.wn = z, w, np.repeat(wx, nodes) * np.tile(wx, nodes)
+        self.x, self.wx = _hermite(nodes)
         b = math.sqrt(beta2)
-        self.e1, self.e2 = np.exp(b * z), np.exp(b * (rho * z + math.sqrt(max(0.0, 1 - rho * rho)) * w))
-        self.k1 = np.exp(-self.t[:, None] * self.e1[None, :])
-        self.k2 = np.exp(-self.t[:, None] * self.e2[None, :])
-        m2 = np.einsum("tg,g->t", self.k2, self.wn, optimize=False)     # E[e^{−t' e^{βz'}}]: a key only query 2 sees
-        self.n1, where = np.unique(self.pairs[:, 0], return_inverse=True)
-        self.extra = np.zeros((len(self.n1), len(self.t)))                # Σ_{pairs with this n1} m2^{n2 − n1}
-        np.add.at(self.extra, where, m2[None, :] ** (self.pairs[:, 1] - self.pairs[:, 0])[:, None])
+        self.e1 = np.exp(b * self.x)                                                   # (Z,)
+        self.e2 = np.exp(b * (rho * self.x[:, None] + math.sqrt(max(0.0, 1 - rho * rho)) * self.x[None, :]))  # (Z, W)
+        self.k1 = np.exp(-self.t[:, None] * self.e1[None, :])                          # (T, Z)
+        self.k2 = np.exp(-self.t[:, None, None] * self.e2[None, :, :])                 # (T', Z, W)
+        m2 = np.einsum("szw,z,w->s", self.k2, self.wx, self.wx, optimize=False)      # a key only query 2 sees
+        n1, n2 = self.pairs[:, 0].astype(int), self.pairs[:, 1].astype(int)
+        self.n1, where = np.unique(n1, return_inverse=True)
+        counts = np.zeros((len(self.n1), int((n2 - n1).max()) + 1))                   # pairs per (n1, n2 − n1)
+        np.add.at(counts, (where, n2 - n1), 1.0)
+        powers = m2[None, :] ** np.arange(counts.shape[1])[:, None]                   # (gap, T')
+        self.extra = counts @ powers                              # Σ_{pairs with this n1} m2^{n2 − n1}, (n1, T')
         self._phi: dict[Index2, np.ndarray] = {}
         self._shared: dict[int, np.ndarray] = {}
 
     def phi(self, a: int, b: int, qz: int, qw: int) -> np.ndarray:
         key = (a, b, qz, qw)
         if key not in self._phi:
-            f = self.wn * self.e1 ** a * self.e2 ** b * self.z ** qz * self.w ** qw
-            self._phi[key] = np.einsum("tg,sg->ts", self.k1 * f, self.k2, optimize=False)   # (T, T')
+            inner = np.einsum("szw,zw,w->zs", self.k2, self.e2 ** b, self.wx * self.x ** qw, optimize=False)
+            outer = self.k1 * (self.wx * self.e1 ** a * self.x ** qz)[None, :]
+            self._phi[key] = np.einsum("tz,zs->ts", outer, inner, optimize=False)   # (T, T')
         return self._phi[key]
 
     def _keys_outside(self, k: int) -> np.ndarray:
-        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (T, T'): the keys outside a k-index monomial."""
-        both, out, power, done = self.phi(0, 0, 0, 0), np.zeros((len(self.t), len(self.t))), None, 0
-        for n1, extra in zip(self.n1, self.extra):           # ascending n1: one multiplication per step
-            if n1 >= k:
-                power = both ** (n1 - k) if power is None else power * both ** (n1 - k - done)
-                done = n1 - k
-                out += _falling(np.array([n1]), k)[0] * power * extra[None, :]
-        return out
+        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (T, T'): the keys outside a k-index monomial (Horner in n1)."""
+        both, out, last = self.phi(0, 0, 0, 0), np.zeros((len(self.t), len(self.t))), None
+        for n1, extra in zip(self.n1[::-1], self.extra[::-1]):          # descending n1
+            if n1 < k:
+                break
+            if last is not None:
+                out *= both if last - n1 == 1 else both ** (last - n1)
+            out += math.perm(int(n1), k) * extra[None, :]
+            last = n1
+        return out if last is None else out * both ** (last - k)
 
     def __call__(self, *idx: Index2) -> float:
         """Pair-averaged Σ over distinct shared indices of E[Π S_j^a S'_j^b z_j^qz w_j^qw] (a, b totals >= 1)."""

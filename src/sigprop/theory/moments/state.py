@@ -44,6 +44,10 @@ class Moments:
     grad_corr: float = 0.0
 
     def __post_init__(self) -> None:
+        m, v, c, gv, gc = self.mean, self.var, self.corr, self.grad_var, self.grad_corr
+        if (type(m) is float and type(v) is float and type(c) is float and type(gv) is float and type(gc) is float
+                and math.isfinite(m + v + gv) and v >= 0.0 and gv >= 0.0 and -1.0 <= c <= 1.0 and -1.0 <= gc <= 1.0):
+            return                                          # fast path: plain, valid floats
         for name in ("mean", "var", "corr", "grad_var", "grad_corr"):
             value = float(getattr(self, name))          # plain floats, also from numpy scalars
             if not math.isfinite(value):

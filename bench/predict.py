@@ -1,0 +1,84 @@
+"""Benchmark `sigprop.theory.moments.predict`: a 1000-layer config in under a second.
+
+    OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS_predict.md
+
+Cold = a fresh process (imports excluded; includes building the softmax-functional table for
+(seq_len, causal)); warm = tables built, per-input caches cleared; medians of REPEAT runs (the machine
+is shared, so single timings scatter by ±30%). Also: one attention map by the
+exact quadrature vs the table, the table build per (L, causal), and the table's accuracy.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPEAT = 3
+CONFIGS = [("preln", None), ("postln", None), ("dslm", "preln"), ("dslm", "postln")]
+SIZE = {"arch": "decoder", "d_model": 256, "n_heads": 4, "n_layers": 1000, "max_seq_len": 128, "vocab_size": 50257}
+
+
+def one(scheme: str, norm: str | None) -> float:
+    """Seconds for one predict in this process."""
+    from sigprop.models import ModelConfig
+    from sigprop.theory import moments
+    cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
+    t = time.perf_counter()
+    moments.predict(cfg)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    from sigprop.theory.moments import Attention, Moments, attention
+    from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows
+
+    print(f"| config (decoder, d 256, seq 128, 1000 layers) | cold s (median of {REPEAT}) "
+          f"| warm s (median of {REPEAT}) |\n|---|---|---|")
+    for scheme, norm in CONFIGS:
+        cold = [float(subprocess.run([sys.executable, __file__, "--one", scheme, str(norm)], check=True,
+                                     capture_output=True, text=True).stdout) for _ in range(REPEAT)]
+        one(scheme, norm)                                    # build the tables in this process
+        warm = []
+        for _ in range(REPEAT):
+            attention._functionals.cache_clear()
+            warm.append(one(scheme, norm))
+        print(f"| {scheme} {norm or ''} | {np.median(cold):.2f} | {np.median(warm):.2f} |")
+
+    print("\n| one causal attention map, L | exact s | table s (warm) | table build s |\n|---|---|---|---|")
+    for L in (64, 128):
+        m, kw = Moments(0.0, 1.0, 0.3), {"d": 256, "n_heads": 4, "L": L, "q_var": 1 / 256, "k_var": 1 / 256,
+                                          "v_var": 1 / 256, "o_var": 1 / 256, "causal": True}
+        t = time.perf_counter()
+        Attention(**kw, exact=True).fwd(m)
+        exact = time.perf_counter() - t
+        t = time.perf_counter()
+        FunctionalTable(L, True)
+        build = time.perf_counter() - t
+        Attention(**kw).fwd(m)
+        attention._functionals.cache_clear()
+        t = time.perf_counter()
+        Attention(**kw).fwd(Moments(0.0, 1.0, 0.31))
+        print(f"| {L} | {exact:.3f} | {time.perf_counter() - t:.5f} | {build:.2f} |")
+
+    print("\n| table (L, causal) | max rel err rows | max rel err K1, CK | max err K2 / max abs K2 |"
+          "\n|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for L, causal in [(8, True), (64, True), (128, True), (128, False)]:
+        table, b2, rho = FunctionalTable(L, causal), rng.uniform(0, BETA_MAX, 40) ** 2, rng.uniform(-1, 1, 40)
+        rows, pairs = table.rows(b2), table.pairs(b2, rho)
+        er = np.array([[exact_rows(b, L, causal)[k] for k in ROW_KEYS] for b in b2])
+        ep = np.array([[exact_pairs(b, r, L, causal)[k] for k in PAIR_KEYS] for b, r in zip(b2, rho)])
+        fr = np.stack([rows[k] for k in ROW_KEYS], 1)
+        fp = np.stack([pairs[k] for k in PAIR_KEYS], 1)
+        rel_p = np.abs(fp / ep - 1)
+        print(f"| {L}, {causal} | {np.abs(fr / er - 1).max():.1e} | {rel_p[:, 0].max():.1e}, {rel_p[:, 2].max():.1e} "
+              f"| {np.abs(fp[:, 1] - ep[:, 1]).max() / np.abs(ep[:, 1]).max():.1e} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--one":
+        print(one(sys.argv[2], None if sys.argv[3] == "None" else sys.argv[3]))
+    else:
+        main()

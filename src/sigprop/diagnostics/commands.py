@@ -1,0 +1,139 @@
+"""Entry points behind ``sigprop predict --config FILE`` and ``sigprop diagnose --config FILE``.
+
+The TOML file has a ``[model]`` table of `ModelConfig` fields and an optional ``[diagnose]`` table
+(`DiagnoseConfig`). ``predict`` writes the predicted per-sublayer table (printed too), ``diagnose``
+measures the freshly initialized model on random inputs and writes measured and predicted records
+and one PNG with both overlaid. Every run writes the resolved config and the command line beside its
+outputs. Exit codes: 0 done, 2 bad configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..models import ModelConfig, build_model
+from ..records import Record, format_table, to_csv, to_json
+from .measure import measure
+from .plot import plot_records
+
+EXIT_OK, EXIT_INVALID = 0, 2
+
+
+@dataclass(frozen=True)
+class DiagnoseConfig:
+    seq_len: int | None = None          # tokens per sequence; None → model.max_seq_len
+    batch: int = 8                      # sequences (or images) per measurement
+    seed: int = 0                       # init, inputs and the random-projection loss
+    out: str = "runs/diagnose"          # output folder
+    token_collision: float | None = None  # P(two positions hold the same token) for predict; None → 1/vocab
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "batch" else 0):
+                raise ValueError(f"diagnose.{name} must be an integer >= {1 if name == 'batch' else 0}, got {v!r}")
+        if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int)
+                                         or self.seq_len < 2):
+            raise ValueError(f"diagnose.seq_len must be an integer >= 2, got {self.seq_len!r}")
+        if self.token_collision is not None and not 0 <= self.token_collision <= 1:
+            raise ValueError(f"diagnose.token_collision must be in [0, 1], got {self.token_collision!r}")
+
+
+def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
+    """Parse the TOML file; unknown tables or keys are errors naming the valid ones."""
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    unknown = sorted(set(raw) - {"model", "diagnose"})
+    if unknown:
+        raise ValueError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")
+    known = {f.name for f in dataclasses.fields(DiagnoseConfig)}
+    extra = sorted(set(raw.get("diagnose", {})) - known)
+    if extra:
+        raise ValueError(f"unknown diagnose key(s) {extra}; valid: {sorted(known)}")
+    model = ModelConfig.from_dict(raw.get("model", {}))
+    diag = DiagnoseConfig(**raw.get("diagnose", {}))
+    if diag.seq_len is not None and diag.seq_len > model.max_seq_len and model.arch != "vit":
+        raise ValueError(f"diagnose.seq_len ({diag.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
+    return model, diag
+
+
+def random_batch(cfg: ModelConfig, diag: DiagnoseConfig) -> Any:
+    """Inputs for ``cfg.arch``: uniform token ids (B, T), (src, tgt) for encdec, N(0,1) images for vit."""
+    g = torch.Generator().manual_seed(diag.seed)
+    if cfg.arch == "vit":
+        return torch.randn(diag.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g,
+                           dtype=torch.float64)
+    shape = (diag.batch, diag.seq_len or cfg.max_seq_len)
+    ids = [torch.randint(0, cfg.vocab_size, shape, generator=g) for _ in range(2 if cfg.arch == "encdec" else 1)]
+    return tuple(ids) if cfg.arch == "encdec" else ids[0]
+
+
+def _predicted(cfg: ModelConfig, diag: DiagnoseConfig) -> list[Record]:
+    from ..theory import moments
+    collision = 1.0 / cfg.vocab_size if diag.token_collision is None else diag.token_collision
+    return moments.predict(cfg, seq_len=diag.seq_len, token_collision=collision)
+
+
+def _write(out: Path, name: str, records: list[Record]) -> None:
+    to_csv(records, out / f"{name}.csv")
+    to_json(records, out / f"{name}.json")
+
+
+def _start(prog: str, argv: Sequence[str]) -> tuple[ModelConfig, DiagnoseConfig, Path]:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="TOML file: [model] (ModelConfig fields), optional [diagnose]")
+    p.add_argument("--out", help="output folder (overrides diagnose.out)")
+    args = p.parse_args(list(argv))
+    cfg, diag = load(args.config)
+    out = Path(args.out or diag.out)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = {"model": cfg.to_dict(), "diagnose": dataclasses.asdict(diag)}
+    (out / "config.json").write_text(json.dumps(resolved, indent=1))
+    (out / "command.txt").write_text(" ".join([prog, *argv]) + "\n")
+    return cfg, diag, out
+
+
+def predict_main(argv: Sequence[str]) -> int:
+    """``sigprop predict --config FILE [--out DIR]``: predicted.{csv,json,png} and the table on stdout."""
+    try:
+        cfg, diag, out = _start("sigprop predict", argv)
+        records = _predicted(cfg, diag)
+    except (ValueError, NotImplementedError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"sigprop predict: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    print(format_table(records))
+    _write(out, "predicted", records)
+    plot_records({"predicted": records}, out / "predicted.png",
+                 title=f"{cfg.arch} {cfg.scheme} ({cfg.norm}), predicted")
+    print(f"sigprop predict: wrote {out}/predicted.{{csv,json,png}}", file=sys.stderr)
+    return EXIT_OK
+
+
+def diagnose_main(argv: Sequence[str]) -> int:
+    """``sigprop diagnose --config FILE [--out DIR]``: measured and predicted records, one overlay PNG."""
+    try:
+        cfg, diag, out = _start("sigprop diagnose", argv)
+    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"sigprop diagnose: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    torch.manual_seed(diag.seed)
+    measured = measure(build_model(cfg).double(), random_batch(cfg, diag), seed=diag.seed)
+    _write(out, "measured", measured)
+    curves = {"measured": measured}
+    try:
+        curves["predicted"] = predicted = _predicted(cfg, diag)
+        _write(out, "predicted", predicted)
+    except NotImplementedError as e:
+        print(f"sigprop diagnose: no prediction: {e}", file=sys.stderr)
+    print(format_table(measured))
+    plot_records(curves, out / "diagnose.png", title=f"{cfg.arch} {cfg.scheme} ({cfg.norm}), seed {diag.seed}")
+    print(f"sigprop diagnose: wrote {out}/{{measured,predicted}}.{{csv,json}}, diagnose.png", file=sys.stderr)
+    return EXIT_OK

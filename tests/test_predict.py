@@ -1,0 +1,224 @@
+"""moments.predict: the tabulated fast path against the exact quadrature, coverage of every scheme, and
+whole models at init, predicted against `diagnostics.measure` (docs/moments.md §6).
+
+Model-level bar (the issue's): per-sublayer forward variance and gradient variance within 10% median
+relative error, at width 128, depth 48, seq 64, random token ids (token_collision = 1/vocab), float64.
+The measured side is a mean over SEEDS independently initialized networks (one random sequence each: the
+noise is the network's, not the tokens'); the bar only tests the theory if that mean is well inside it, so
+each config also asserts that the median relative standard error of the per-sublayer means is below a
+third of the bar (48 seeds give 1–2.5%). The noise is mostly a per-network scale common to all layers
+(e.g. the final Pre-LN norm's 1/σ²), so the median error itself moves by ±3% between seed sets.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sigprop.diagnostics import measure
+from sigprop.diagnostics.commands import diagnose_main, predict_main
+from sigprop.models import ModelConfig, build_model
+from sigprop.records import Record
+from sigprop.theory import moments
+from sigprop.theory.moments import Attention, Moments
+from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_pairs, exact_rows, functional_table
+
+BAR, SEEDS, BATCH = 0.10, 48, 1
+SIZE = {"d_model": 128, "n_heads": 4, "n_layers": 48, "max_seq_len": 64, "vocab_size": 256}
+CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": ("dslm", "preln"),
+           "dslm-postln": ("dslm", "postln")}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Many small float64 ops: one intra-op thread avoids spin-waiting on a loaded machine; restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ------------------------------------------------------------------------------------- fast path vs exact
+@pytest.mark.parametrize("L, causal", [(16, True), (64, False)])
+def test_tables_match_exact_functionals(L: int, causal: bool) -> None:
+    """Chebyshev tables reproduce the exact row/pair functionals at random (β, ρ): ≤ 1e-3 relative
+    (K2, which changes sign, relative to its largest magnitude on the sample)."""
+    rng = np.random.default_rng(0)
+    table = functional_table(L, causal)
+    beta2, rho = rng.uniform(0, BETA_MAX, 8) ** 2, rng.uniform(-1, 1, 8)
+    rows, pairs = table.rows(beta2), table.pairs(beta2, rho)
+    exact = [(exact_rows(b, L, causal), exact_pairs(b, r, L, causal)) for b, r in zip(beta2, rho)]
+    k2_scale = max(abs(p["K2"]) for _, p in exact)
+    for i, (ex_r, ex_p) in enumerate(exact):
+        for k in ROW_KEYS:
+            assert rows[k][i] == pytest.approx(ex_r[k], rel=1e-3), k
+        for k in PAIR_KEYS:
+            assert pairs[k][i] == pytest.approx(ex_p[k], rel=1e-3, abs=1e-3 * k2_scale if k == "K2" else 0), k
+
+
+@pytest.mark.parametrize("kw, m", [
+    ({"L": 64, "causal": True}, Moments(0.0, 1.0, 0.05, 1.0, 0.1)),
+    ({"L": 64, "causal": True, "q_var": 2.5 / 128}, Moments(0.0, 1.0, 0.6, 2.0, 0.0)),
+    ({"L": 16, "p": 0.1}, Moments(0.3, 1.5, 0.3, 1.0, 0.3)),
+    ({"L": 16, "causal": True, "shaped": True, "tau0": 0.2}, Moments(0.0, 1.0, 0.3, 1.0, 0.3)),
+])
+def test_fast_attention_matches_exact(kw: dict, m: Moments) -> None:
+    """Attention moments from the tables agree with the exact quadrature to 1e-3 relative."""
+    base = {"d": 128, "n_heads": 4, "q_var": 1 / 128, "k_var": 1 / 128, "v_var": 1 / 128, "o_var": 1 / 128, **kw}
+    fast, exact = Attention(**base), Attention(**base, exact=True)
+    for a, b in [(fast.fwd(m), exact.fwd(m)), (fast.bwd(m, m), exact.bwd(m, m))]:
+        for field in ("var", "corr", "grad_var", "grad_corr"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-3), field
+
+
+def test_logit_scale_beyond_the_table_uses_the_exact_path_and_hard_max_is_loud() -> None:
+    """Fluctuation nodes up to β ≈ 3.6 (> the table's 3): exact quadrature; mean β ≈ 14 (a deep vanilla
+    stack): the near-hard-max regime has no derived map and says so."""
+    wide = {"d": 16, "n_heads": 1, "L": 8, "q_var": 0.09, "k_var": 0.09, "v_var": 1 / 16, "o_var": 1 / 16}
+    m = Moments(0.0, 1.0, 0.2)
+    assert Attention(**wide).fwd(m) == Attention(**wide, exact=True).fwd(m)
+    with pytest.raises(NotImplementedError, match="hard-max"):
+        Attention(**{**wide, "q_var": 1.0, "k_var": 1.0}).fwd(m)
+
+
+# ------------------------------------------------------------------------------------------------ coverage
+@pytest.mark.parametrize("arch", ["decoder", "encoder"])
+@pytest.mark.parametrize("scheme, norm", [("preln", None), ("postln", None), ("vanilla", None), ("shaped", None),
+                                          ("dslm", "preln"), ("dslm", "postln"), ("deepnorm", None)])
+def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str, norm: str | None) -> None:
+    """One record per point `measure` reports, same labels and order, finite positive moments."""
+    cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm, d_model=32, n_heads=2, n_layers=3, max_seq_len=8,
+                      vocab_size=50)
+    torch.manual_seed(0)
+    measured = measure(build_model(cfg).double(), torch.randint(0, 50, (2, 8)), attention_stats=False)
+    predicted = moments.predict(cfg, seq_len=8)
+    assert [(r.stack, r.layer, r.sublayer) for r in predicted] == [(r.stack, r.layer, r.sublayer) for r in measured]
+    assert all(r.source == "predicted" and r.fwd_var > 0 and r.grad_var > 0 and -1 <= r.token_corr <= 1
+               for r in predicted)
+
+
+@pytest.mark.parametrize("arch, missing", [("encdec", "cross-attention"), ("vit", "patch-embedding")])
+def test_unsupported_arch_names_the_missing_map(arch: str, missing: str) -> None:
+    with pytest.raises(NotImplementedError, match=missing):
+        moments.predict(ModelConfig(arch=arch))
+
+
+def test_cli_functions_write_records_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text('[model]\nscheme = "dslm"\nd_model = 32\nn_heads = 2\nn_layers = 2\nmax_seq_len = 8\n'
+                   '[diagnose]\nbatch = 2\nseed = 1\n')
+    assert predict_main(["--config", str(cfg), "--out", str(tmp_path / "p")]) == 0
+    assert "token_corr" in capsys.readouterr().out
+    assert diagnose_main(["--config", str(cfg), "--out", str(tmp_path / "d")]) == 0
+    for name in ("p/predicted.csv", "p/predicted.png", "d/measured.json", "d/predicted.json", "d/diagnose.png",
+                 "d/config.json", "d/command.txt"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    measured = json.loads((tmp_path / "d/measured.json").read_text())
+    assert len(measured) == 1 + 2 * 2 and json.loads((tmp_path / "d/config.json").read_text())["diagnose"]["seed"] == 1
+    cfg.write_text('[model]\nscheme = "dslm"\n[diagnose]\nbatches = 2\n')
+    assert diagnose_main(["--config", str(cfg), "--out", str(tmp_path / "x")]) == 2
+    assert "batches" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- model level
+@lru_cache(maxsize=None)
+def measured(name: str) -> tuple[np.ndarray, np.ndarray, list[Record]]:
+    """(SEEDS, sublayers) arrays of measured forward and gradient variance, and the predicted records."""
+    scheme, norm = CONFIGS[name]
+    cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
+    runs = []
+    for seed in range(SEEDS):
+        torch.manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (BATCH, cfg.max_seq_len))
+        runs.append(measure(build_model(cfg).double(), ids, seed=seed, attention_stats=False))
+    fwd = np.array([[r.fwd_var for r in rs] for rs in runs])
+    grad = np.array([[r.grad_var for r in rs] for rs in runs])
+    return fwd, grad, moments.predict(cfg, token_collision=1 / cfg.vocab_size)
+
+
+def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
+    """Median relative error of ``pred`` against the sample mean, and the median relative standard error."""
+    mean = samples.mean(0)
+    return float(np.median(np.abs(pred / mean - 1))), float(np.median(samples.std(0, ddof=1) / mean)) / math.sqrt(
+        len(samples))
+
+
+@pytest.mark.parametrize("name", ["preln", "dslm-preln", "dslm-postln",
+                                  pytest.param("postln", marks=pytest.mark.xfail(strict=True, reason=(
+                                      "known gap: the standard Post-LN decoder collapses (token corr → 1) and "
+                                      "causal masking then funnels the whole gradient into the first token (>90% "
+                                      "of the gradient energy below the top layers); exchangeable-token maps cannot "
+                                      "represent that: measured stream gradient ~1–3 in the middle, predicted ~0.1 "
+                                      "(median error 96%)")))])
+def test_predicted_matches_measured(name: str) -> None:
+    fwd, grad, pred = measured(name)
+    for field, samples in (("fwd_var", fwd), ("grad_var", grad)):
+        err, se = median_error(np.array([getattr(r, field) for r in pred]), samples)
+        assert se < BAR / 3, f"{name} {field}: Monte-Carlo s.e. {se:.1%} too large to test a {BAR:.0%} bar"
+        assert err < BAR, f"{name} {field}: median relative error {err:.1%}"
+
+
+def block_outputs(name: str, samples: np.ndarray) -> np.ndarray:
+    """Mean over seeds at the end of each block (the MLP sublayer outputs), layers 1..N."""
+    return samples.mean(0)[2::2]
+
+
+def test_preln_forward_variance_grows_linearly_with_depth() -> None:
+    var = block_outputs("preln", measured("preln")[0])
+    layers = np.arange(1, len(var) + 1)
+    slope, intercept = np.polyfit(layers, var, 1)
+    r2 = 1 - np.sum((var - slope * layers - intercept) ** 2) / np.sum((var - var.mean()) ** 2)
+    assert slope > 0 and r2 > 0.98, (slope, r2)
+
+
+def test_postln_gradient_grows_geometrically_toward_the_output() -> None:
+    """DeepScaleLM's Post-LN claim, as measured here: over the top blocks the stream-gradient variance
+    grows ~2× per layer toward the output (log-linear fit). Below them the decoder's gradient does not
+    keep falling: the collapsed stack routes it to the first token (see the xfail above)."""
+    grad = block_outputs("postln", measured("postln")[1])[-3:]
+    ratio = math.exp(np.polyfit(np.arange(3), np.log(grad), 1)[0])
+    assert ratio > 1.5, ratio
+
+
+@pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
+def test_dslm_forward_variance_stays_in_band(name: str) -> None:
+    fwd = measured(name)[0].mean(0)
+    assert 0.8 <= fwd.min() and fwd.max() <= 1.25, (fwd.min(), fwd.max())
+
+
+def gradient_ratio(grad: np.ndarray) -> np.ndarray:
+    """Stream-gradient variance at each sublayer output relative to the last one (the model output)."""
+    return grad / grad[-1]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: DSLM keeps each block's forward gain at 1, but attention's backward gain is smaller "
+    "(the gradient is uncorrelated across tokens while the activations are not: V path ∝ ΣS² instead of "
+    "r + (1−r)ΣS²); with β² = k/N the log-drift is bounded, ≈ −(k/2)⟨1 − G_b⟩, not zero: measured min "
+    "ratio 0.69 (Pre-LN), 0.73 (Post-LN) at k = 2 (predicted 0.71, 0.81; k = 1 would give 0.90, 0.96); the "
+    "only free attention parameter (σ_v²σ_o²) scales both gains together, so no init choice fixes it without "
+    "breaking the forward invariant (docs/RESULTS_dslm_moments.md)"))
+@pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
+def test_dslm_backward_gradient_stays_in_band(name: str) -> None:
+    ratio = gradient_ratio(measured(name)[1].mean(0))
+    assert 0.8 <= ratio.min() and ratio.max() <= 1.25, (ratio.min(), ratio.max())
+
+
+@pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
+def test_dslm_backward_dip_is_predicted_and_bounded_in_depth(name: str) -> None:
+    """The theory reproduces the measured dip (min ratio within 0.1), and predicts the same dip at
+    depth 48, 192 and 1000 (β² = k/N bounds the accumulated drift)."""
+    _, grad, pred = measured(name)
+    measured_min = gradient_ratio(grad.mean(0)).min()
+    predicted_min = gradient_ratio(np.array([r.grad_var for r in pred])).min()
+    assert abs(measured_min - predicted_min) < 0.1, (measured_min, predicted_min)
+    scheme, norm = CONFIGS[name]
+    deep = [gradient_ratio(np.array([r.grad_var for r in moments.predict(
+        ModelConfig(scheme=scheme, norm=norm, **{**SIZE, "n_layers": n}), token_collision=1 / 256)])).min()
+        for n in (192, 1000)]
+    assert deep == pytest.approx([predicted_min] * 2, abs=0.01)
