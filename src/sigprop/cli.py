@@ -58,6 +58,13 @@ DELEGATED = {
     "train": ("sigprop.train.commands", "train_main", "train a model: --config FILE [--set key=value ...]"),
     "eval": ("sigprop.train.commands", "eval_main", "evaluate a run's checkpoint"),
     "generate": ("sigprop.train.commands", "generate_main", "sample text from a decoder run"),
+    "predict": ("sigprop.diagnostics.commands", "predict_main", "predicted per-layer moments: --config FILE"),
+    "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
+}
+
+# `sigprop reproduce NAME`: experiment modules under sigprop.experiments, each with run(out_dir, quick=...)
+EXPERIMENTS = {
+    "dslm-moments": "dslm_moments",
 }
 
 
@@ -72,7 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--seq", type=int, default=64)
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser("reproduce", help="run a paper claim's experiment (JSON + PNG + Markdown)")
+    p.add_argument("name", choices=list(EXPERIMENTS) + ["all"])
+    p.add_argument("--out", default="runs/reproduce", help="output folder (one subfolder per experiment)")
+    p.add_argument("--quick", action="store_true", help="tiny smoke-size run")
+    p.set_defaults(func=cmd_reproduce)
     return parser
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Run one experiment (or all) into ``args.out/NAME``."""
+    from pathlib import Path
+
+    names = list(EXPERIMENTS) if args.name == "all" else [args.name]
+    for name in names:
+        module = importlib.import_module(f"sigprop.experiments.{EXPERIMENTS[name]}")
+        out = Path(args.out) / name
+        module.run(out, quick=args.quick)
+        print(f"{name}: wrote {out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
