@@ -14,7 +14,8 @@ import torch
 
 from ..schemes import Site
 from ..schemes.base import stack_layers
-from ..schemes.dslm import DSLM, zipf_collision
+from ..schemes.dslm import DSLM
+from ..theory.moments.embedding import zipf_collision_probability
 from ..theory.kernels import gaussian_kernel, gaussian_moment
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
@@ -109,7 +110,7 @@ def block_correlations(cfg: Any, stack: str, n_tables: int, ffn_kernel: Callable
     r ← λ²r + β²(1 − p) r_out(r) (attention), r ← λ²r + β²(1 − p) κ(r) (FFN).
     """
     p = cfg.dropout
-    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision(cfg.vocab_size) / n_tables) * (1 - p)
+    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision_probability(cfg.vocab_size) / n_tables) * (1 - p)
     lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
     out = []
     for _ in range(stack_layers(cfg, stack)):

@@ -26,17 +26,11 @@ from typing import Any
 import torch
 
 from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel
+from ..theory.moments.embedding import zipf_collision_probability
 from .base import ParamInfo, Scheme, Site, stack_layers, sublayers_per_block
 from .shaped import unit_residual
 
 HOMOGENEOUS = ("relu", "shaped_relu")
-
-
-def zipf_collision(vocab_size: int) -> float:
-    """Σ p_i² for Zipf p_i ∝ 1/i over ``vocab_size`` tokens: P(two draws are the same token)."""
-    h1 = sum(1.0 / i for i in range(1, vocab_size + 1))
-    h2 = sum(1.0 / i ** 2 for i in range(1, vocab_size + 1))
-    return h2 / h1 ** 2
 
 
 def activation_kernel(activation: str, rho: float) -> float:
@@ -67,16 +61,19 @@ def attention_gain(r: float, seq_len: int, causal: bool) -> float:
     (n_i = 1 gives S = 1 exactly). n_i = seq_len, or i for causal rows. Hence
     G = r + (1−r)·mean_i min(1, e^{1−r}/n_i) → r as seq_len → ∞ without a causal mask.
     """
-    counts = range(1, seq_len + 1) if causal else [seq_len]
-    s = sum(min(1.0, math.exp(1.0 - r) / n) for n in counts) / len(counts)
-    return r + (1.0 - r) * s
+    e = math.exp(1.0 - r)
+    if not causal:
+        return r + (1.0 - r) * min(1.0, e / seq_len)
+    k = min(seq_len, math.floor(e))          # rows n_i ≤ e^{1−r} are capped at 1
+    tail = sum(1.0 / n for n in range(k + 1, seq_len + 1))
+    return r + (1.0 - r) * (k + e * tail) / seq_len
 
 
 @lru_cache(maxsize=64)
 def block_correlations(cfg: Any, stack: str) -> tuple[float, ...]:
     """Predicted input token correlation r_l of every block of ``stack`` (the authors' recursion)."""
     p = cfg.dropout
-    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision(cfg.vocab_size) / 2) * (1 - p)
+    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision_probability(cfg.vocab_size) / 2) * (1 - p)
     lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
     out = []
     for _ in range(stack_layers(cfg, stack)):
