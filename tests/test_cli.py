@@ -32,3 +32,14 @@ def test_delegated_command_reports_bad_config(tmp_path):
     with pytest.raises(SystemExit) as e:
         sys.exit(main(["predict", "--config", str(cfg)]))
     assert e.value.code != 0
+
+
+def test_shipped_diagnose_config_predicts(tmp_path, capsys):
+    from pathlib import Path
+
+    cfg = Path(__file__).resolve().parents[1] / "configs" / "diagnose" / "dslm.toml"
+    text = cfg.read_text().replace('out = "runs/diagnose_dslm"', f'out = "{tmp_path}"')
+    local = tmp_path / "dslm.toml"
+    local.write_text(text)
+    assert main(["predict", "--config", str(local)]) == 0
+    assert any(p.suffix == ".png" for p in tmp_path.rglob("*"))

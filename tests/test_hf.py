@@ -40,15 +40,6 @@ def llama(layers: int, d: int = 32, model_type: str = "llama", **kw) -> torch.nn
 MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: a second intra-op thread only adds OpenMP spin-waits (10x slower on a shared 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def logits(model: torch.nn.Module, ids: torch.Tensor, **kw) -> torch.Tensor:
     with torch.no_grad():
         return model(ids, **kw).logits

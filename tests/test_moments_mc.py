@@ -10,22 +10,11 @@ from __future__ import annotations
 import pytest
 from moments_mc import FAMILIES, Case, NotesLayerNorm, NotesSoftmax, family_rows, pointwise
 
-import torch
 import torch.nn.functional as F
 
 from sigprop.theory.moments import ErrorRow, LayerNorm, Moments, ReLU, Softmax, error_table, format_error_table
 
 MEDIAN, P99, MAX_SE = 0.02, 0.10, 0.01
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The simulations are many small float64 ops: one intra-op thread is as fast on a free machine and
-    several times faster on a loaded one (2-thread spin-waiting); restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def failures(rows: list[ErrorRow]) -> list[str]:

@@ -34,15 +34,6 @@ CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": (
            "dslm-postln": ("dslm", "postln")}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Many small float64 ops: one intra-op thread avoids spin-waiting on a loaded machine; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # ------------------------------------------------------------------------------------- fast path vs exact
 @pytest.mark.parametrize("L, causal", [(16, True), (64, False)])
 def test_tables_match_exact_functionals(L: int, causal: bool) -> None:

@@ -15,7 +15,7 @@ D, H, FF = 64, 4, 256
 def expected_std(cfg: ModelConfig, role: str, shape, site) -> float | None:
     """The published formulas, written out again per scheme (None: not a random weight)."""
     d, dh, p = cfg.d_model, cfg.d_model // cfg.n_heads, cfg.dropout
-    fan_out, fan_in = shape[0], shape[-1]
+    fan_in = shape[-1]
     if role in ("bias", "norm", "constant"):
         return None
     if cfg.scheme in ("preln", "postln", "vanilla"):

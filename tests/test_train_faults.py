@@ -19,14 +19,6 @@ FAST = ["data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.p
         "train.eval_batches=1", "optim.warmup_steps=3", "model.dropout=0.1"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def cfg_for(out: Path, *sets: str):
     return load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={out}", *sets])
 
@@ -48,10 +40,7 @@ class StopAt(Callback):
 def finished(tmp_path_factory):
     """A finished 8-step run with checkpoints at steps 4 and 8."""
     out = tmp_path_factory.mktemp("finished")
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
     trainer = train(cfg_for(out, "train.steps=8", "train.ckpt_every=4", "train.eval_every=4"))
-    torch.set_num_threads(n)
     return out, trainer
 
 

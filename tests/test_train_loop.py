@@ -15,15 +15,6 @@ FAST = ["data.max_chars=150000", "model.d_model=32", "data.seq_len=32", "train.p
         "train.eval_batches=2", "train.ckpt_every=0", "optim.warmup_steps=10"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: tiny matmuls only lose from threading, badly so on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def run(out: Path, config: str, *sets: str, callbacks=()):
     cfg = load_config(CONFIGS / f"{config}.toml", [*FAST, f"train.out_dir={out}", *sets])
     return train(cfg, callbacks), read_jsonl(out / "metrics.jsonl")

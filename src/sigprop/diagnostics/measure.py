@@ -72,15 +72,28 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         hooks.append(m.register_forward_hook(keep(key)))
         if attention_stats and isinstance(m.fn, Attention):
             hooks.append(m.fn.register_forward_pre_hook(attn_hook(key), with_kwargs=True))
+    backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
+    return records_from(outputs, attn_stats)
+
+
+def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,
+             loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, seed: int) -> None:
+    """Run ``forward()``, back-propagate ``loss_fn(out)`` (default `random_projection_loss`), then
+    remove ``hooks`` and give every parameter back the ``.grad`` it had."""
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
-        out = _call(model, batch)
+        out = forward()
         (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
     finally:
         for h in hooks:
             h.remove()
         for p, g in saved_grads.items():
             p.grad = g
+
+
+def records_from(outputs: dict[tuple[str, int, str], torch.Tensor],
+                 attn_stats: dict[tuple[str, int, str], tuple[float, float]]) -> list[Record]:
+    """One measured `Record` per kept output, keyed (stack, layer, sublayer), in insertion order."""
     records = []
     for (stack, layer, kind), y in outputs.items():
         entropy, max_logit = attn_stats.get((stack, layer, kind), (None, None))
@@ -91,4 +104,3 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
             attn_entropy=entropy, max_logit=max_logit, stable_rank=stable_rank(y.detach()),
         ))
     return records
-

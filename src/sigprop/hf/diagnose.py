@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ..diagnostics.measure import random_projection_loss
+from ..diagnostics.measure import backprop, records_from
 from ..diagnostics.plot import plot_records
-from ..diagnostics.statistics import attention_entropy, stable_rank, token_correlation
+from ..diagnostics.statistics import attention_entropy
 from ..records import Record
 from .apply import family_of
 
@@ -93,9 +93,9 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     family = family_of(model)
     blocks = family.blocks(model.base_model)
     stack = "dec" if family.mirror(model.config)["arch"] == "decoder" else "enc"
-    outputs: dict[tuple[int, str], torch.Tensor] = {}
+    outputs: dict[tuple[str, int, str], torch.Tensor] = {}
 
-    def keep(key: tuple[int, str], as_input: bool) -> Callable:
+    def keep(key: tuple[str, int, str], as_input: bool) -> Callable:
         def hook(module: nn.Module, args: tuple, out: Any = None) -> None:
             y = args[0] if as_input else (out[0] if isinstance(out, tuple) else out)
             if key not in outputs:
@@ -103,34 +103,22 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
                 outputs[key] = y
         return hook
 
-    hooks = [blocks[0].register_forward_pre_hook(keep((0, "embed"), True))]
+    hooks = [blocks[0].register_forward_pre_hook(keep((stack, 0, "embed"), True))]
     for layer, block in enumerate(blocks):
         for site in family.sites(block):
-            hook = keep((layer + 1, site.kind), site.out_is_input)
+            hook = keep((stack, layer + 1, site.kind), site.out_is_input)
             hooks.append(site.out.register_forward_pre_hook(hook) if site.out_is_input
                          else site.out.register_forward_hook(hook))
     attention_layer = {m: i + 1 for i, m in enumerate(family.attentions(model.base_model))}
-    saved_grads = {p: p.grad for p in model.parameters()}
-    try:
-        with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
-            out = model(**batch) if isinstance(batch, dict) else model(batch)
-        out = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
-        (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
-    finally:
-        for h in hooks:
-            h.remove()
-        for p, g in saved_grads.items():
-            p.grad = g
-    attn = {(attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
-    records = []
-    for (layer, kind), y in outputs.items():
-        entropy, max_logit = attn.get((layer, kind), (None, None))
-        records.append(Record(
-            layer=layer, sublayer=kind, stack=stack, source="measured",
-            fwd_mean=y.mean().item(), fwd_var=y.var().item(), token_corr=token_correlation(y.detach()),
-            grad_var=None if y.grad is None else y.grad.var().item(),
-            attn_entropy=entropy, max_logit=max_logit, stable_rank=stable_rank(y.detach()),
-        ))
+
+    def forward() -> torch.Tensor:
+        out = model(**batch) if isinstance(batch, dict) else model(batch)
+        return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+    with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
+        backprop(model, forward, hooks, loss_fn, seed)
+    attn = {(stack, attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
+    records = records_from(outputs, attn)
     if plot is not None:
         predicted = _predicted(model, batch)
         curves = {"measured": records} | ({"predicted": predicted} if predicted else {})

@@ -10,7 +10,6 @@ step is bounded by O(1) independent of depth (DeepNet Thm. 4.1).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .base import ParamInfo, Scheme, Site, stack_layers, xavier_std
