@@ -5,7 +5,7 @@ Each (method, seq) runs in its own subprocess, so the peak resident memory it re
 case's alone (peak RSS minus RSS after building the inputs). Methods alternate within each
 length, so the time ratios are measured side by side under the same machine load.
 
-    python bench/attention.py [--seqs 256 512 1024 2048 4096] [--repeats 3] [--dtype float32]
+    python bench/attention.py [--seqs 256 512 1024 2048 4096] [--repeats 3] [--dtype float32] [--threads N]
 """
 from __future__ import annotations
 
@@ -75,8 +75,11 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--skip-explicit-above", type=int, default=1 << 30,
                    help="skip the explicit matrix above this length (it needs B·H·T² memory)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     p.add_argument("--one", nargs=2, metavar=("METHOD", "SEQ"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.one:
         res = run_one(args.one[0], int(args.one[1]), args.repeats, getattr(torch, args.dtype), args.device)
         print(json.dumps(res))
@@ -90,7 +93,8 @@ def main() -> None:
             if method == "shaped_explicit" and seq > args.skip_explicit_above:
                 continue
             out = subprocess.run([sys.executable, __file__, "--one", method, str(seq), "--repeats",
-                                  str(args.repeats), "--dtype", args.dtype, "--device", args.device],
+                                  str(args.repeats), "--dtype", args.dtype, "--device", args.device,
+                                  "--threads", str(args.threads)],
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"{method} at seq {seq} failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)

@@ -32,7 +32,7 @@ def masked_mean(v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) ->
     if key_mask is None:
         if causal:
             counts = torch.arange(1, v.shape[-2] + 1, device=v.device, dtype=v.dtype)
-            return v.cumsum(-2) / counts[:, None]
+            return v.cumsum(-2).div_(counts[:, None])
         return v.mean(-2, keepdim=True)
     w = key_mask.to(v.dtype)[:, None, :, None]                               # (B, 1, S, 1)
     if causal:
@@ -77,8 +77,9 @@ class ShapedAttention(Attention):
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:
         """A V = γ₁ V + Softmax(QKᵀ/τ + mask) V − γ₂ C V, (B, H, T, dh)."""
-        y = super().mix(q, k, v, key_mask) - self._g(self.gamma2, v) * masked_mean(v, self.causal, key_mask)
-        return y + self._g(self.gamma1, v) * v if self.identity else y
+        y = torch.addcmul(super().mix(q, k, v, key_mask), self._g(self.gamma2, v),
+                          masked_mean(v, self.causal, key_mask), value=-1.0)
+        return torch.addcmul(y, self._g(self.gamma1, v), v) if self.identity else y
 
     def attention_matrix(self, x: torch.Tensor, kv: torch.Tensor | None = None,
                          key_mask: torch.Tensor | None = None) -> torch.Tensor:
