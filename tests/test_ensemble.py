@@ -1,0 +1,113 @@
+"""Finite-network ensembles: Gaussian-equivalent vs explicit weights, SDE vs networks, rank collapse.
+
+Two-sample KS tests use the critical value at the 1% level, c(α)√((S₁+S₂)/(S₁S₂)) with
+c(α) = √(−ln(α/2)/2); mean comparisons use z-scores from the empirical standard errors.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy.stats import ks_2samp
+
+from sigprop.simulate import ensemble
+from sigprop.theory import sde
+
+Z_MAX = 5.0
+V0 = torch.tensor([[1.0, 0.3, 0.1], [0.3, 1.0, 0.2], [0.1, 0.2, 1.0]], dtype=torch.float64)
+WIDTH = 128  # depth = width: t = 1
+
+
+def corr(V: torch.Tensor) -> torch.Tensor:
+    """Correlation ρ^{01} of tokens 0 and 1, (..., m, m) -> (...)."""
+    return V[..., 0, 1] / (V[..., 0, 0] * V[..., 1, 1]).sqrt()
+
+
+def ks_critical(n1: int, n2: int, alpha: float = 0.01) -> float:
+    return math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt((n1 + n2) / (n1 * n2))
+
+
+def test_initial_covariance_is_exact_and_runs_are_deterministic():
+    a = ensemble.simulate("shaped", V0, width=16, depth=3, samples=5, seed=4, gamma=0.5)
+    assert a.shape == (5, 4, 3, 3) and a.dtype == torch.float64
+    assert torch.allclose(a[:, 0], V0.expand(5, 3, 3), atol=1e-12)
+    assert torch.equal(a, ensemble.simulate("shaped", V0, width=16, depth=3, samples=5, seed=4, gamma=0.5))
+    assert not torch.equal(a, ensemble.simulate("shaped", V0, width=16, depth=3, samples=5, seed=5, gamma=0.5))
+    b = ensemble.simulate("shaped", V0, width=16, depth=3, samples=5, seed=4, gamma=0.5, dtype=torch.float32)
+    assert b.dtype == torch.float32 and torch.isfinite(b).all()
+
+
+@pytest.mark.parametrize("block, params", [("shaped", {"gamma": 0.5}), ("preln", {})])
+def test_gaussian_and_gram_samplers_have_the_law_of_explicit_weights(block, params):
+    kw = dict(width=64, depth=16, samples=400, **params)
+    weights = ensemble.simulate(block, V0, seed=1, method="weights", **kw)[:, -1]
+    for seed, method in enumerate(["gaussian"] + (["gram"] if block == "shaped" else []), start=2):
+        V = ensemble.simulate(block, V0, seed=seed, method=method, **kw)[:, -1]
+        assert ks_2samp(corr(V), corr(weights)).pvalue > 0.01
+        assert ks_2samp(V[:, 0, 0], weights[:, 0, 0]).pvalue > 0.01
+
+
+@pytest.mark.parametrize("block, kind", [("resnet", "resnet"), ("attention", "attention"), ("shaped", "transformer")])
+def test_sde_matches_finite_networks(block, kind):
+    samples, paths = 1000, 4000
+    nets = ensemble.simulate(block, V0, width=WIDTH, depth=WIDTH, samples=samples, seed=1, method="gram", gamma=0.3)
+    paths_ = sde.simulate(kind, V0, t=1.0, steps=256, paths=paths, seed=2, gamma=0.3, record_every=256)
+    critical = ks_critical(samples, paths)
+    assert ks_2samp(corr(nets[:, -1]), corr(paths_.V[:, -1])).statistic < critical
+    assert ks_2samp(nets[:, -1, 0, 0], paths_.V[:, -1, 0, 0]).statistic < critical
+    assert corr(nets[:, -1]).std() > 0.2  # a non-trivial distribution, not a collapsed one
+
+
+def test_vanilla_softmax_collapses_and_preln_only_slows_it_down():
+    samples = 200
+    soft = corr(ensemble.simulate("softmax", V0, width=WIDTH, depth=WIDTH, samples=samples, seed=1, method="gram"))
+    pre = corr(ensemble.simulate("preln", V0, width=WIDTH, depth=WIDTH, samples=samples, seed=2))
+    assert soft[:, -1].mean() > 0.99
+    gap = soft[:, -1] - pre[:, -1]
+    assert gap.mean() > Z_MAX * gap.std() / math.sqrt(samples)  # independent samples: lower than softmax
+    rise = pre[:, -1] - pre[:, WIDTH // 2]
+    assert rise.mean() > Z_MAX * rise.std() / math.sqrt(samples)  # paired: still rising at the end
+
+
+def test_removing_centering_collapses_shaped_attention():
+    kw = dict(width=WIDTH, depth=WIDTH, samples=100, seed=1, gamma=0.3)
+    assert corr(ensemble.simulate("no_centering", V0, **kw)[:, -1]).mean() > 0.99
+    assert corr(ensemble.simulate("attention", V0, **kw)[:, -1]).mean() < 0.99
+
+
+def test_rank_deficient_input_is_handled_exactly():
+    """Two identical tokens: XXᵀ/n is singular at every layer; they stay identical, no NaN."""
+    V = torch.tensor([[1.0, 1.0, 0.3], [1.0, 1.0, 0.3], [0.3, 0.3, 1.0]])
+    for block, params in [("shaped", {"gamma": 0.5}), ("softmax", {}), ("postln", {})]:
+        for method in ["gaussian", "weights"] + (["gram"] if block != "postln" else []):
+            out = ensemble.simulate(block, V, width=32, depth=8, samples=20, seed=0, method=method, **params)
+            assert torch.isfinite(out).all()
+            assert torch.allclose(corr(out), torch.ones(20, 9, dtype=torch.float64), atol=1e-10)
+
+
+def test_gradient_norms_of_linear_residual_network_are_preserved():
+    """φ = id (c₊ = c₋ = 0): E‖∂ℓ/∂X_l‖² = (λ² + γ²)E‖∂ℓ/∂X_{l+1}‖² = 1 at every layer, exactly."""
+    samples = 200
+    g = ensemble.gradient_norms("resnet", V0, width=32, depth=6, samples=samples, seed=0,
+                                gamma=0.6, c_plus=0.0, c_minus=0.0)
+    assert g.shape == (samples, 6)
+    assert ((g.mean(0) - 1.0) / (g.std(0) / math.sqrt(samples))).abs().max() < Z_MAX
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(block="mlp"), "block"),
+    (dict(width=0), "width"),
+    (dict(block="shaped", gamma=None), "gamma"),
+    (dict(block="softmax", gamma=0.5), "gamma"),
+    (dict(gamma=0.0), "gamma"),
+    (dict(tau0=-1.0), "tau0"),
+    (dict(method="exact"), "method"),
+    (dict(block="preln", gamma=None, method="gram"), "LN-free"),
+    (dict(V0=torch.tensor([[1.0, 2.0], [2.0, 1.0]])), "positive"),
+    (dict(width=2), "width"),
+])
+def test_bad_input_raises(kwargs, match):
+    args = dict(block="attention", V0=V0, width=8, depth=2, samples=2, gamma=0.5) | kwargs
+    with pytest.raises(ValueError, match=match):
+        ensemble.simulate(**args)
