@@ -32,26 +32,30 @@ class _TiedLM(nn.Module):
         return (h * self.logit_scale) @ self.embed.tok.weight.t()          # (B, T, V)
 
 
-class DecoderLM(_TiedLM):
-    """Causal language model: input_ids (B, T) -> logits (B, T, V)."""
+class _SingleStackLM(_TiedLM):
+    """One stack over the tokens: input_ids (B, T), attention_mask (B, T) bool -> logits (B, T, V)."""
+
+    stack_name: str
+    causal: bool
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.stack = Stack(cfg, "dec", cfg.n_layers, causal=True)
+        self.stack = Stack(cfg, self.stack_name, cfg.n_layers, causal=self.causal)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.logits(self.stack(self.embed_tokens(input_ids), attention_mask))
 
 
-class EncoderMLM(_TiedLM):
-    """Bidirectional encoder with a masked-LM head: input_ids (B, T), attention_mask (B, T) -> (B, T, V)."""
+class DecoderLM(_SingleStackLM):
+    """Causal language model."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
-        self.stack = Stack(cfg, "enc", cfg.n_layers, causal=False)
+    stack_name, causal = "dec", True
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.logits(self.stack(self.embed_tokens(input_ids), attention_mask))
+
+class EncoderMLM(_SingleStackLM):
+    """Bidirectional encoder with a masked-LM head (tied embeddings)."""
+
+    stack_name, causal = "enc", False
 
 
 class EncoderDecoder(_TiedLM):
