@@ -1,6 +1,6 @@
 """Benchmark `sigprop.theory.moments.predict`: a 1000-layer config in under a second.
 
-    OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS_predict.md
+    OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS.md
 
 Cold = a fresh process (imports excluded; includes building the softmax-functional table for
 (seq_len, causal)); warm = tables built, per-input caches cleared; medians of REPEAT runs (the machine
