@@ -17,6 +17,8 @@ def test_reproduce_quick_writes_results(tmp_path, capsys):
     assert main(["reproduce", "dslm-moments", "--quick", "--out", str(tmp_path)]) == 0
     written = {p.name for p in (tmp_path / "dslm-moments").iterdir()}
     assert "results.json" in written and any(n.endswith(".png") for n in written)
+    assert main(["reproduce", "fig1", "--quick", "--out", str(tmp_path)]) == 0
+    assert {"fig1.json", "fig1.png", "fig1.md"} <= {p.name for p in (tmp_path / "fig1").iterdir()}
 
 
 def test_module_entry_point_and_unknown_command():

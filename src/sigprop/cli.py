@@ -62,9 +62,13 @@ DELEGATED = {
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
 }
 
-# `sigprop reproduce NAME`: experiment modules under sigprop.experiments, each with run(out_dir, quick=...)
+# `sigprop reproduce NAME`: (module under sigprop.experiments, function(out_dir, quick=...) -> dict)
 EXPERIMENTS = {
-    "dslm-moments": "dslm_moments",
+    "dslm-moments": ("dslm_moments", "run"),
+    "fig1": ("shaped_figs", "fig1"),
+    "fig2": ("shaped_figs", "fig2"),
+    "fig4": ("shaped_figs", "fig4"),
+    "fig5": ("shaped_figs", "fig5"),
 }
 
 
@@ -93,9 +97,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
-        module = importlib.import_module(f"sigprop.experiments.{EXPERIMENTS[name]}")
+        module, function = EXPERIMENTS[name]
         out = Path(args.out) / name
-        module.run(out, quick=args.quick)
+        getattr(importlib.import_module(f"sigprop.experiments.{module}"), function)(out, quick=args.quick)
         print(f"{name}: wrote {out}")
     return 0
 
