@@ -236,6 +236,9 @@ def test_blowup_paths_are_stopped_without_nan():
     assert torch.isfinite(r.V).all()
     assert 0 < int(r.stopped.sum()) < 200
     assert torch.isfinite(r.stop_time[r.stopped]).all() and torch.isinf(r.stop_time[~r.stopped]).all()
+    assert not (r.exploded & ~r.stopped).any()                 # explosions are a kind of stop
+    assert (torch.linalg.matrix_norm(r.V[~r.stopped, -1]) < 1e6).all()
+    assert r.exploded.any() and (r.stopped & ~r.exploded).any()     # both stop reasons occur here
     k = (r.stop_time[r.stopped] / 0.01).round().long()  # stopped paths stay frozen afterwards
     frozen = r.V[r.stopped]
     for path, step in zip(frozen, k):

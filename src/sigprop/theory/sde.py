@@ -223,13 +223,16 @@ class SDEPaths:
     V: (paths, T, m, m) at `times` (T,); a stopped path stays frozen at its last accepted value.
     stopped: (paths,) bool. stop_time: (paths,) the first grid time at which the path hit
     ‖V‖_F ≥ blowup (value accepted) or its proposal was non-finite / not PSD (value rejected);
-    +inf for paths that never stopped.
+    +inf for paths that never stopped. exploded: (paths,) bool, the stops whose (finite) proposal
+    reached ‖V‖_F ≥ blowup; stopped & ~exploded are the discretisation failures (lost PSD or
+    non-finite), which a smaller step removes.
     """
 
     V: Tensor
     times: Tensor
     stopped: Tensor
     stop_time: Tensor
+    exploded: Tensor
 
 
 def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int = 1000, seed: int = 0, *,
@@ -258,18 +261,20 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
     out = V0.new_empty(paths, steps // record_every + 1, m, m)
     stopped = torch.zeros(paths, dtype=torch.bool)
     stop_time = torch.full((paths,), math.inf, dtype=dtype)
+    exploded = torch.zeros(paths, dtype=torch.bool)
     params = dict(gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus)
     for lo in range(0, paths, chunk):
         rows = slice(lo, min(lo + chunk, paths))
         _euler_maruyama(kind, method, V0, t / steps, blowup, record_every, gen, params,
-                        out[rows], stopped[rows], stop_time[rows])
+                        out[rows], stopped[rows], stop_time[rows], exploded[rows])
     times = torch.arange(steps // record_every + 1, dtype=dtype) * (t / steps * record_every)
-    return SDEPaths(V=out, times=times, stopped=stopped, stop_time=stop_time)
+    return SDEPaths(V=out, times=times, stopped=stopped, stop_time=stop_time, exploded=exploded)
 
 
 def _euler_maruyama(kind: str, method: str, V0: Tensor, h: float, blowup: float, record_every: int,
-                    gen: torch.Generator, params: dict, out: Tensor, stopped: Tensor, stop_time: Tensor) -> None:
-    """Fill out (P, T, m, m), stopped (P,), stop_time (P,) in place for one chunk of P paths."""
+                    gen: torch.Generator, params: dict, out: Tensor, stopped: Tensor, stop_time: Tensor,
+                    exploded: Tensor) -> None:
+    """Fill out (P, T, m, m), stopped, stop_time and exploded (P,) in place for one chunk of P paths."""
     P, m = out.shape[0], V0.shape[-1]
     gamma, tau0 = params["gamma"], params["tau0"]
     V = V0.expand(P, m, m).clone()
@@ -287,8 +292,10 @@ def _euler_maruyama(kind: str, method: str, V0: Tensor, h: float, blowup: float,
         if bool(stopped.any()):  # frozen paths propose their own value, which is finite and PSD
             proposal = torch.where(stopped[:, None, None], V, proposal)
         R_new, ok = psd_root(proposal)
-        newly = ~stopped & (~ok | (torch.linalg.matrix_norm(proposal) >= blowup))
+        big = torch.linalg.matrix_norm(proposal) >= blowup          # False for non-finite proposals
+        newly = ~stopped & (~ok | big)
         stop_time[newly] = k * h
+        exploded |= newly & big
         stopped |= newly
         if bool(ok.all()):
             V, R = proposal, R_new
