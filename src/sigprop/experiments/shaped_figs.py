@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from scipy import stats  # noqa: E402
 
 from ..simulate import ensemble  # noqa: E402
 from ..theory import sde  # noqa: E402
+from .outputs import write_outputs  # noqa: E402
 
 RHO0 = 0.2
 GAMMA, TAU0 = 0.3, 1.0
@@ -52,18 +52,6 @@ def _band(r: np.ndarray) -> dict[str, list[float]]:
 def _plot_band(ax: Any, x: np.ndarray, b: dict[str, list[float]], label: str, **kw: Any) -> None:
     line, = ax.plot(x, b["mean"], label=label, **kw)
     ax.fill_between(x, b["q05"], b["q95"], color=line.get_color(), alpha=0.2)
-
-
-def _write(out_dir: str | Path, name: str, data: dict[str, Any], summary: dict[str, Any], md: str,
-           fig: Any) -> dict[str, Any]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=110)
-    plt.close(fig)
-    (out / f"{name}.json").write_text(json.dumps({"summary": summary, "data": data}, indent=1))
-    (out / f"{name}.md").write_text(md)
-    return summary
 
 
 def fig1(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
@@ -106,7 +94,7 @@ def fig1(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
           + f"\nKS(shaped finite vs SDE, final ρ) = {ks.statistic:.3f} (p = {ks.pvalue:.2g}); "
           f"SDE stopped fraction {summary['sde_stopped_fraction']:.3f}. Softmax without LN collapses "
           "(ρ → 1); shaped attention keeps a non-degenerate correlation distribution.\n")
-    return _write(out_dir, "fig1", data, summary, md, fig)
+    return write_outputs(out_dir, "fig1", data, summary, md, fig)
 
 
 def fig2(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
@@ -130,7 +118,7 @@ def fig2(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
           "| block | first layer | last layer | first/last |\n|---|---|---|---|\n"
           + "".join(f"| {b} | {summary['grad_norm_first_layer'][b]:.3g} | {summary['grad_norm_last_layer'][b]:.3g}"
                     f" | {summary['ratio_first_over_last'][b]:.3g} |\n" for b in blocks))
-    return _write(out_dir, "fig2", data, summary, md, fig)
+    return write_outputs(out_dir, "fig2", data, summary, md, fig)
 
 
 def fig4(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
@@ -153,7 +141,7 @@ def fig4(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
     md = (f"### Fig. 4 — ablations (n = d = {n}, {samples} nets)\n\n| variant | final mean ρ | std |\n|---|---|---|\n"
           + "".join(f"| {v} | {summary['final_mean_corr'][v]:.4f} | {summary['final_std_corr'][v]:.4f} |\n"
                     for v in variants))
-    return _write(out_dir, "fig4", data, summary, md, fig)
+    return write_outputs(out_dir, "fig4", data, summary, md, fig)
 
 
 GAMMAS = (0.2, 0.4, 0.6, 0.8)
@@ -196,7 +184,7 @@ def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6) -> dict[
           + "\n\"Stopped\" counts ‖V‖_F ≥ blow-up and Euler proposals that lost PSD (or overflowed) alike; the"
             " next column is the explosions alone. Stops that are not explosions are the fixed step failing"
             " for the cubic drift, not the SDE's own finite-time blow-up.\n")
-    return _write(out_dir, "fig5", {"rows": rows}, summary, md, fig)
+    return write_outputs(out_dir, "fig5", {"rows": rows}, summary, md, fig)
 
 
 def run(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:

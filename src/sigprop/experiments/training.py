@@ -1,0 +1,82 @@
+"""One short training run as an experiment sees it: a config from plain tables, the run, and its curves.
+
+    from sigprop.experiments.training import train_run
+    r = train_run("runs/x/preln-s0", {"arch": "decoder", "scheme": "preln", "n_layers": 8},
+                  optim={"lr": 1e-3}, train={"steps": 200}, seed=0)
+    r["final_val_loss"], r["diverged"], r["val_curve"]
+
+A NaN/Inf loss is a result, not a crash: the run stops (the trainer refuses the step) and comes back
+with ``diverged = True`` and the message.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from ..models import ModelConfig
+from ..models.build import ARCHITECTURES
+from ..train.config import RunConfig, from_mapping
+from ..train.logging import read_jsonl
+from ..train.run import train
+from ..train.trainer import NonFiniteLossError
+
+# quiet, light runs: no inner progress bar (the experiment shows one over runs), one checkpoint at the end
+RUN_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1, "eval_batches": 4}
+
+
+def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
+    """Trainable parameters of the model a config builds (built on the meta device: no memory, no init)."""
+    cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(dict(model))
+    with torch.device("meta"):
+        net = ARCHITECTURES[cfg.arch](cfg)
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def _fresh(run_dir: Path) -> None:
+    """Clear a previous run of this experiment in ``run_dir``; refuse to touch a folder that is not one."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not (run_dir / "config.toml").exists():
+            raise ValueError(f"{run_dir} exists and is not a sigprop run folder; choose another output folder")
+        shutil.rmtree(run_dir)
+
+
+def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, Any] | None = None,
+              optim: Mapping[str, Any] | None = None, train_cfg: Mapping[str, Any] | None = None,
+              seed: int = 0) -> dict[str, Any]:
+    """Train a fresh model in ``out_dir`` and return its record (JSON-ready):
+
+    ``final_val_loss`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
+    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss]], ``diag`` [[step, mean attention
+    entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diverged``,
+    ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
+    and ``train.seed`` are set here, every other key is validated as usual.
+    """
+    run_dir = Path(out_dir)
+    _fresh(run_dir)
+    raw = {"model": dict(model), "data": dict(data or {}), "optim": dict(optim or {}),
+           "train": {**RUN_DEFAULTS, **dict(train_cfg or {}), "seed": seed, "out_dir": str(run_dir)}}
+    cfg = from_mapping(RunConfig, raw)
+    start, error = time.perf_counter(), None
+    try:
+        train(cfg)
+    except NonFiniteLossError as e:
+        error = str(e)
+    wall = time.perf_counter() - start
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    val = [[r["step"], r["loss"]] for r in records if r["kind"] == "eval"]
+    steps = [[r["step"], r["loss"]] for r in records if r["kind"] == "train"]
+    diag = [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]]
+            for r in records if r["kind"] == "diag"]
+    finite = [v for _, v in val if math.isfinite(v)]
+    diverged = error is not None or not finite or not math.isfinite(val[-1][1])
+    return {"seed": seed, "params": param_count(cfg.model),
+            "final_val_loss": math.nan if diverged else val[-1][1],
+            "best_val_loss": min(finite) if finite else math.nan,
+            "initial_val_loss": val[0][1] if val else math.nan,
+            "val_curve": val, "train_curve": steps, "diag": diag, "diverged": diverged, "error": error,
+            "steps_done": steps[-1][0] if steps else 0, "wall_s": round(wall, 2)}
