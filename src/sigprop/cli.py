@@ -69,6 +69,10 @@ EXPERIMENTS = {
     "fig2": ("shaped_figs", "fig2"),
     "fig4": ("shaped_figs", "fig4"),
     "fig5": ("shaped_figs", "fig5"),
+    "shaped-vs-preln": ("shaped_vs_preln", "run"),
+    "entropy-collapse": ("entropy_collapse", "run"),
+    "dslm-depth": ("dslm_depth", "run"),
+    "deep-thin": ("deep_thin", "run"),
 }
 
 
@@ -83,17 +87,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--seq", type=int, default=64)
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser("demo", help="the main job: rank collapse, DSLM moments, a training comparison -> report.html")
+    p.add_argument("--out", default="runs/demo", help="output folder (report.html, demo.json, one folder per part)")
+    p.add_argument("--quick", action="store_true", help="tiny smoke-size run (seconds)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
     p = sub.add_parser("reproduce", help="run a paper claim's experiment (JSON + PNG + Markdown)")
     p.add_argument("name", choices=list(EXPERIMENTS) + ["all"])
     p.add_argument("--out", default="runs/reproduce", help="output folder (one subfolder per experiment)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run")
+    p.add_argument("--docs", default=None, help="also write DOCS/RESULTS.md (+ DOCS/img/NAME.png)")
     p.set_defaults(func=cmd_reproduce)
     return parser
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo into ``args.out``."""
+    from .experiments import demo
+
+    demo.run(args.out, quick=args.quick, seed=args.seed)
+    return 0
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Run one experiment (or all) into ``args.out/NAME``."""
+    """Run one experiment (or all) into ``args.out/NAME``; collect the claims' sections into RESULTS.md."""
     from pathlib import Path
+
+    from .experiments.results import collect
 
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
@@ -101,6 +121,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         out = Path(args.out) / name
         getattr(importlib.import_module(f"sigprop.experiments.{module}"), function)(out, quick=args.quick)
         print(f"{name}: wrote {out}")
+    if collect(args.out, list(EXPERIMENTS), args.docs if args.name == "all" else None):
+        print(f"results: {Path(args.out) / 'RESULTS.md'}")
     return 0
 
 

@@ -1,0 +1,44 @@
+"""Collect the claim runners' Markdown sections into one RESULTS.md with a verdict table on top."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+HEADER = """# Reproducing the papers' claims at CPU scale
+
+Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown, in `runs/reproduce/NAME/`);
+`sigprop reproduce all --docs docs` regenerates this file. Machine: 2 CPU cores, no GPU. Verdict rules are
+fixed in each runner's docstring (`src/sigprop/experiments/`), before the full runs.
+"""
+
+
+def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = None) -> str:
+    """Build RESULTS.md from ``root/NAME/NAME.{md,json,png}`` for every ``NAME`` that has them; write it to
+    ``root/RESULTS.md`` and, if ``docs``, to ``docs/RESULTS.md`` with the PNGs copied into ``docs/img``.
+    Returns the text ("" and nothing written when no claim has results)."""
+    root = Path(root)
+    found = [n for n in names if (root / n / f"{n}.md").exists() and (root / n / f"{n}.json").exists()]
+    if not found:
+        return ""
+    rows, sections = [], []
+    for n in found:
+        s = json.loads((root / n / f"{n}.json").read_text())["summary"]
+        seeds = s.get("seeds")
+        seeds = ", ".join(map(str, seeds)) if isinstance(seeds, (list, tuple)) else seeds
+        rows.append(f"| [{n}](#{n}) | **{s.get('verdict', '—')}** | {s.get('verdict_reason', '')} | "
+                    f"`sigprop reproduce {n}` | {seeds} | {s.get('wall_s', 0) / 60:.1f} min |")
+        sections.append(f'<a id="{n}"></a>\n\n' + (root / n / f"{n}.md").read_text().rstrip()
+                        + f"\n\nCommand: `sigprop reproduce {n}`; seeds {seeds}; wall time {s.get('wall_s', 0):.0f} s."
+                        + f"\n\n![{n}](img/{n}.png)\n")
+    table = ["| claim | verdict | measured | command | seeds | wall |", "|---|---|---|---|---|---|", *rows]
+    text = HEADER + "\n" + "\n".join(table) + "\n\n" + "\n\n".join(sections)
+    (root / "RESULTS.md").write_text(text)
+    if docs is not None:
+        docs = Path(docs)
+        (docs / "img").mkdir(parents=True, exist_ok=True)
+        for n in found:
+            shutil.copyfile(root / n / f"{n}.png", docs / "img" / f"{n}.png")
+        (docs / "RESULTS.md").write_text(text)
+    return text

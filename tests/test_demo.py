@@ -1,0 +1,53 @@
+"""`sigprop demo` at smoke size: the report, its data and the printed summary; the HTML/results builders."""
+import json
+import re
+
+from sigprop.cli import main
+from sigprop.experiments.report import Section, Table, write_html
+from sigprop.experiments.results import collect
+
+
+def test_quick_demo_writes_report_and_data(tmp_path, capsys):
+    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rank collapse" in out and "moments at init" in out and "training" in out
+    html = (tmp_path / "report.html").read_text()
+    for title in ("Summary", "1. Rank collapse", "2. Moments at initialization", "3. Training"):
+        assert f"<h2>{title}" in html
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) >= 4 and all(len(b) > 1000 for b in images)          # embedded, non-empty PNGs
+    assert "http" not in html                                              # opens with no network
+    data = json.loads((tmp_path / "demo.json").read_text())
+    assert data["rank_collapse"]["final_mean_corr"]["softmax"] > 0.99
+    assert set(data["dslm_moments"]["summary"]) == {"Pre-LN standard", "Pre-LN DSLM", "Post-LN standard",
+                                                    "Post-LN DSLM"}
+    assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "DSLM (Pre-LN)"}
+    for r in data["training"].values():
+        assert len(r["val_curve"]) >= 2 and not r["diverged"]
+    assert len(data["table"]["rows"]) >= 10
+    for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json"):
+        assert (tmp_path / part).stat().st_size > 0
+
+
+def test_table_renders_text_and_escaped_html(tmp_path):
+    t = Table(["a", "b"], [["<x>", 1.234567], ["y", 2]])
+    assert t.text().splitlines()[2].startswith("<x>  1.235")
+    path = write_html(tmp_path / "r.html", "T & T", [Section("S", ["p < q"], [t])])
+    text = path.read_text()
+    assert "&lt;x&gt;" in text and "T &amp; T" in text and "p &lt; q" in text
+
+
+def test_collect_builds_verdict_table_and_copies_images(tmp_path):
+    for name, verdict in (("claim-a", "reproduced"), ("claim-b", "partly")):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        (d / f"{name}.md").write_text(f"## {name} — a claim\n\n**Verdict: {verdict}.**\n")
+        (d / f"{name}.json").write_text(json.dumps({"summary": {"verdict": verdict, "verdict_reason": "x = 1",
+                                                                "seeds": [0, 1], "wall_s": 90}}))
+        (d / f"{name}.png").write_bytes(b"png")
+    text = collect(tmp_path / "runs", ["claim-a", "claim-b", "missing"], docs=tmp_path / "docs")
+    assert "| [claim-a](#claim-a) | **reproduced** | x = 1 | `sigprop reproduce claim-a` | 0, 1 | 1.5 min |" in text
+    assert "missing" not in text
+    assert (tmp_path / "docs" / "RESULTS.md").read_text() == text
+    assert (tmp_path / "docs" / "img" / "claim-b.png").read_bytes() == b"png"
+    assert collect(tmp_path / "runs", ["missing"]) == ""
