@@ -86,6 +86,18 @@ def test_rank_deficient_input_is_handled_exactly():
             assert torch.allclose(corr(out), torch.ones(20, 9, dtype=torch.float64), atol=1e-10)
 
 
+@pytest.mark.parametrize("method", ensemble.METHODS)
+def test_overflow_is_reported_as_nan_from_its_layer_on(method):
+    """Fig. 5 regime pushed past float32: some networks overflow; no exception, and an overflowed
+    sample stays NaN (its later layers would come from a meaningless root), the others stay finite."""
+    V = ensemble.simulate("shaped", 1e37 * V0, width=16, depth=32, samples=50, seed=0, method=method,
+                          gamma=0.9, dtype=torch.float32)
+    bad = ~torch.isfinite(V).flatten(2).all(-1)                      # (samples, depth+1)
+    assert 0 < int(bad[:, -1].sum()) < 50 and not bad[:, 0].any()
+    assert torch.equal(bad, bad.cummax(1).values)                   # once overflowed, always
+    assert torch.isnan(V[bad]).all()
+
+
 def test_gradient_norms_of_linear_residual_network_are_preserved():
     """φ = id (c₊ = c₋ = 0): E‖∂ℓ/∂X_l‖² = (λ² + γ²)E‖∂ℓ/∂X_{l+1}‖² = 1 at every layer, exactly."""
     samples = 200

@@ -245,6 +245,29 @@ def test_blowup_paths_are_stopped_without_nan():
         assert torch.equal(path[step:], path[-1].expand_as(path[step:]))
 
 
+def test_paths_V_is_the_spec_tensor_and_stopped_paths_hold_their_last_finite_value():
+    """SDEPaths.V is SPEC §2's (paths, steps // record_every + 1, m, m) tensor: finite and PSD everywhere;
+    a stopped path holds its last accepted value, which for a rejected proposal is below the blow-up norm."""
+    V0 = 100.0 * (0.02 * torch.eye(3) + 0.98)
+    r = sde.simulate("attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0, record_every=5)
+    assert r.V.shape == (200, 21, 3, 3) and r.times.shape == (21,) and torch.equal(r.V[:, 0], V0.expand(200, 3, 3))
+    assert torch.isfinite(r.V).all()
+    w = torch.linalg.eigvalsh(r.V)
+    assert (w[..., 0] >= -1e-10 * w[..., -1]).all()
+    rejected = r.stopped & ~r.exploded
+    assert rejected.any() and (torch.linalg.matrix_norm(r.V[rejected, -1]) < 1e6).all()
+    after = r.times >= r.stop_time[:, None]                     # (paths, T): grid times past the stop
+    assert torch.equal(r.V[after], r.V[:, -1, None].expand_as(r.V)[after])
+
+
+def test_overflowing_proposals_stop_the_path_at_its_last_finite_value():
+    """A cubic drift that overflows the dtype in one step is a rejected (non-finite) proposal, not an explosion."""
+    V0 = 1e110 * torch.tensor([[1.0, 0.2], [0.2, 1.0]])
+    r = sde.simulate("attention", V0, steps=10, paths=5, gamma=0.9, seed=0, blowup=math.inf)
+    assert r.stopped.all() and not r.exploded.any()
+    assert torch.equal(r.stop_time, torch.full((5,), 0.1)) and torch.equal(r.V, V0.expand_as(r.V))
+
+
 @pytest.mark.parametrize("kind", sde.KINDS)
 def test_identical_tokens_stay_identical(kind):
     """Singular V0 (tokens 0 and 1 equal): drift and noise preserve the null space exactly, no stops."""

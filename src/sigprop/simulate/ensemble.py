@@ -98,6 +98,9 @@ def simulate(block: str, V0: Tensor, width: int, depth: int, samples: int, seed:
     V0 (m, m) symmetric PSD; width n ≥ m; n_k defaults to width; gamma ∈ (0, 1] for the shaped
     blocks (see `blocks` for the list) and must be omitted for softmax / preln / postln.
     method: "gaussian", "gram" (fastest; LN-free blocks) or "weights" — same law (module docstring).
+    A sample whose covariance overflows the dtype is NaN from that layer on (its later layers would
+    be computed from a meaningless root), so `isfinite` tells exactly which networks overflowed; this
+    never raises.
     """
     V0, p = _prepare(block, V0, width, depth, samples, method, dtype,
                      dict(gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus, n_k=n_k))
@@ -110,10 +113,13 @@ def simulate(block: str, V0: Tensor, width: int, depth: int, samples: int, seed:
         proj = _projector(method, gen, width)
         X = proj.initial(initial_tokens(V0, width, min(size, samples - lo), gen))
         rows = slice(lo, lo + len(X))
-        out[rows, 0] = proj.covariance(X)
-        for layer in range(1, depth + 1):
-            X = step(X, proj, p)
-            out[rows, layer] = proj.covariance(X)
+        overflowed = torch.zeros(len(X), dtype=torch.bool)
+        for layer in range(depth + 1):
+            if layer:
+                X = step(X, proj, p)
+            V = proj.covariance(X)
+            overflowed |= ~torch.isfinite(V).all(-1).all(-1)
+            out[rows, layer] = V.masked_fill(overflowed[:, None, None], math.nan)
     return out
 
 

@@ -218,14 +218,21 @@ def naive_noise(kind: str, V: Tensor, normals: Tensor, *, gamma: float, tau0: fl
 
 @dataclass(frozen=True)
 class SDEPaths:
-    """Euler–Maruyama paths of V_t.
+    """Euler–Maruyama paths of the stopped process V_{t∧T}, with the stopping information.
 
-    V: (paths, T, m, m) at `times` (T,); a stopped path stays frozen at its last accepted value.
-    stopped: (paths,) bool. stop_time: (paths,) the first grid time at which the path hit
-    ‖V‖_F ≥ blowup (value accepted) or its proposal was non-finite / not PSD (value rejected);
-    +inf for paths that never stopped. exploded: (paths,) bool, the stops whose (finite) proposal
-    reached ‖V‖_F ≥ blowup; stopped & ~exploded are the discretisation failures (lost PSD or
-    non-finite), which a smaller step removes.
+    SPEC §2 has `simulate` return the tensor (paths, steps+1, m, m); that tensor is ``V`` here. The
+    stopping times are returned beside it because a stopped path cannot be told apart from a live
+    one by its values alone. This is a plain record, not a tensor: index ``V``.
+
+    V: (paths, T, m, m), T = steps // record_every + 1, at `times` (T,); V[:, 0] = V0. Every entry
+       is finite and PSD (up to round-off), never NaN: from its stop on, a path holds its last
+       accepted value.
+    stopped: (paths,) bool.
+    stop_time: (paths,) the first grid time at which the proposal reached ‖V‖_F ≥ blowup (accepted
+       if it is PSD) or was non-finite / not PSD (rejected); +inf for paths that never stopped.
+    exploded: (paths,) bool, the stops whose finite proposal reached ‖V‖_F ≥ blowup;
+       stopped & ~exploded are the discretisation failures (lost PSD or overflowed), which a
+       smaller step removes.
     """
 
     V: Tensor
@@ -241,7 +248,10 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
              dtype: torch.dtype = torch.float64, chunk: int = 1024) -> SDEPaths:
     """Euler–Maruyama for dV = b(V) dt + Σ(V)^{1/2} dB on [0, t] with `steps` steps, V0 (m, m).
 
-    Records every `record_every`-th step (so V has steps // record_every + 1 time points). Paths
+    Returns `SDEPaths`: ``.V`` is SPEC §2's tensor (paths, steps // record_every + 1, m, m), the
+    covariance recorded every `record_every`-th step, finite everywhere (stopped paths hold their
+    last accepted value); ``.times``, ``.stopped``, ``.stop_time`` and ``.exploded`` say which
+    paths stopped, when, and why (‖V‖_F ≥ blowup, or a non-finite / non-PSD Euler proposal). Paths
     run in chunks of `chunk` (cache-sized batches); results are deterministic given seed and chunk.
     """
     _check_kind(kind)
@@ -292,7 +302,7 @@ def _euler_maruyama(kind: str, method: str, V0: Tensor, h: float, blowup: float,
         if bool(stopped.any()):  # frozen paths propose their own value, which is finite and PSD
             proposal = torch.where(stopped[:, None, None], V, proposal)
         R_new, ok = psd_root(proposal)
-        big = torch.linalg.matrix_norm(proposal) >= blowup          # False for non-finite proposals
+        big = torch.isfinite(proposal).all(-1).all(-1) & (torch.linalg.matrix_norm(proposal) >= blowup)
         newly = ~stopped & (~ok | big)
         stop_time[newly] = k * h
         exploded |= newly & big
