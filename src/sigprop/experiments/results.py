@@ -1,4 +1,4 @@
-"""Collect the claim runners' Markdown sections into one RESULTS.md with a verdict table on top."""
+"""Collect the claim runners' Markdown sections (those whose summary carries a ``verdict``) into one RESULTS.md with a verdict table on top."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,9 @@ HEADER = """# Reproducing the papers' claims at CPU scale
 
 Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown, in `runs/reproduce/NAME/`);
 `sigprop reproduce all --docs docs` regenerates this file. Machine: 2 CPU cores, no GPU. Verdict rules are
-fixed in each runner's docstring (`src/sigprop/experiments/`), before the full runs.
+fixed in each runner's docstring (`src/sigprop/experiments/`), before the full runs. The figure
+reproductions have their own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
+Transformer, Figs. 1, 2, 4, 5) and [RESULTS_dslm_moments.md](RESULTS_dslm_moments.md) (DeepScaleLM moments).
 """
 
 
@@ -19,7 +21,8 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
     ``root/RESULTS.md`` and, if ``docs``, to ``docs/RESULTS.md`` with the PNGs copied into ``docs/img``.
     Returns the text ("" and nothing written when no claim has results)."""
     root = Path(root)
-    found = [n for n in names if (root / n / f"{n}.md").exists() and (root / n / f"{n}.json").exists()]
+    found = [n for n in names if (root / n / f"{n}.md").exists() and (root / n / f"{n}.json").exists()
+             and "verdict" in json.loads((root / n / f"{n}.json").read_text())["summary"]]
     if not found:
         return ""
     rows, sections = [], []
