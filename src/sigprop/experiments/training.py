@@ -50,7 +50,7 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
               seed: int = 0) -> dict[str, Any]:
     """Train a fresh model in ``out_dir`` and return its record (JSON-ready):
 
-    ``final_val_loss`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
+    ``final_val_loss`` and ``final_val_acc`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
     ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss]], ``diag`` [[step, mean attention
     entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diverged``,
     ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
@@ -68,7 +68,8 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
         error = str(e)
     wall = time.perf_counter() - start
     records = read_jsonl(run_dir / "metrics.jsonl")
-    val = [[r["step"], r["loss"]] for r in records if r["kind"] == "eval"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    val = [[r["step"], r["loss"]] for r in evals]
     steps = [[r["step"], r["loss"]] for r in records if r["kind"] == "train"]
     diag = [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]]
             for r in records if r["kind"] == "diag"]
@@ -76,6 +77,7 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     diverged = error is not None or not finite or not math.isfinite(val[-1][1])
     return {"seed": seed, "params": param_count(cfg.model),
             "final_val_loss": math.nan if diverged else val[-1][1],
+            "final_val_acc": math.nan if diverged else evals[-1]["acc"],
             "best_val_loss": min(finite) if finite else math.nan,
             "initial_val_loss": val[0][1] if val else math.nan,
             "val_curve": val, "train_curve": steps, "diag": diag, "diverged": diverged, "error": error,
