@@ -171,6 +171,12 @@ class Attention:
     def _gammas(self) -> tuple[float, float]:
         return (self.gamma1, self.gamma2) if self.shaped else (0.0, 0.0)
 
+    def kappa(self, m: Moments) -> float:
+        """Relative variance κ of the logit scale β² over queries (finite-width fluctuations)."""
+        x2 = m.mean ** 2 + m.var
+        v_x = (2 * m.var ** 2 + 4 * m.mean ** 2 * m.var) / (self.d * x2 ** 2)
+        return (1 + 2 / self.d) * (1 + 2 / self.d_k) * (1 + v_x) - 1
+
     def _setup(self, m: Moments) -> _Setup:
         check_positive("var (input of Attention)", m.var)
         if m.corr < 0:
@@ -185,9 +191,7 @@ class Attention:
                 raise NotImplementedError("causal attention has no L → ∞ limit here; give a finite L")
             rows, pairs = _limit_functionals(s2 * u2, rho)
         else:
-            v_x = (2 * m.var ** 2 + 4 * m.mean ** 2 * m.var) / (d * x2 ** 2)
-            kappa = (1 + 2 / d) * (1 + 2 / dk) * (1 + v_x) - 1
-            rows, pairs = _functionals(s2 * u2, kappa, rho, 1 / (1 / dk + 2 / d), int(self.L), self.causal,
+            rows, pairs = _functionals(s2 * u2, self.kappa(m), rho, 1 / (1 / dk + 2 / d), int(self.L), self.causal,
                                        self.exact)
         return _Setup(s2, m2, u2, rho, rows, pairs)
 
@@ -214,6 +218,13 @@ class Attention:
         return replace(m, mean=0.0, var=var, corr=ratio(cov, var))
 
     def _mix_bwd(self, m_in: Moments, g: Moments) -> Moments:
+        (v_var, v_cov), (qk_var, qk_cov) = self.mix_bwd_paths(m_in, g)
+        total = v_var + qk_var
+        return replace(m_in, grad_var=total, grad_corr=ratio(v_cov + qk_cov, total))
+
+    def mix_bwd_paths(self, m_in: Moments, g: Moments) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(variance, covariance) of the mixing step's input gradient: V path, and Q + K paths (g: gradient
+        at the mix's output, i.e. before the output projection's backward)."""
         if self.L == math.inf:
             raise NotImplementedError("attention backward has no L → ∞ form here; give a finite L")
         st = self._setup(m_in)
@@ -230,8 +241,7 @@ class Attention:
         q_var = h * self.q_var * self.k_var * st.s2 * lam / tau2 * q_rows
         q_cov = h * self.q_var * self.k_var * dk / tau2 * st.s2 * d * lam * rg * st.pairs["CK"]
         k_var = h * lam * st.u2 / d * (r["wB"] + rg * (L - 1) * st.pairs["wrCK"])
-        total = v_var + q_var + k_var
-        return replace(m_in, grad_var=total, grad_corr=ratio(v_cov + q_cov - k_var / (L - 1), total))
+        return (v_var, v_cov), (q_var + k_var, q_cov - k_var / (L - 1))
 
     def fwd(self, m: Moments) -> Moments:
         return self.out_proj.fwd(self._mix_fwd(m))

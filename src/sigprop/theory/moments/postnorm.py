@@ -25,6 +25,9 @@ departure from homogeneity (its input gradient keeps a small component along x).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from .residual import Residual
 from .state import Component, Moments, check_positive, ratio
@@ -49,14 +52,17 @@ class PostNormResidual:
 
     def _stats(self, x: Moments, f: Moments) -> tuple[float, float, float, float, float]:
         """EK_ii, ρ, v, c₂ and Cov(K_ij, K_ii)/EK² of the norm's input."""
+        mu2 = 0.0 if self.centered else x.mean ** 2       # centring removes the mean all features share
+        return self.norm_stats(x.var + mu2, ratio(x.cov + mu2, x.var + mu2), f.var, f.corr)
+
+    def norm_stats(self, sx: Any, rx: float, sf: Any, rf: float) -> tuple[Any, Any, Any, Any, Any]:
+        """`_stats` from the stream's (variance, corr) and the branch's; elementwise over arrays of variances."""
         d, a2, b2 = self.d, self.alpha ** 2, self.beta ** 2
         cx = 1.0 if (self.normalized_input or not self.centered) else 1 - 1 / d
         cf = 1 - 1 / d if self.centered else 1.0
         nx = 0.0 if self.normalized_input else 2.0
-        mu2 = 0.0 if self.centered else x.mean ** 2       # centring removes the mean all features share
-        sx, rx, sf, rf = x.var + mu2, ratio(x.cov + mu2, x.var + mu2), f.var, f.corr
         ek = a2 * sx * cx + b2 * sf * cf
-        check_positive("variance of the post-norm input", ek)
+        check_positive("variance of the post-norm input", float(np.min(ek)))
         ekij = a2 * rx * sx * cx + b2 * rf * sf * cf
         x4, f4, xf = a2 * a2 * sx * sx, b2 * b2 * sf * sf, a2 * b2 * sx * sf
         var = (nx * x4 + 2 * f4 + 4 * xf) / d

@@ -7,7 +7,8 @@ fluctuation nodes (β² w, ρ̂). They depend on the input only through (β, ρ)
 through (L, causal), and they are analytic in both (Gaussian expectations of entire functions,
 even in β), so tensor Chebyshev interpolation on β ∈ [0, β_max], ρ ∈ [−1, 1] converges
 geometrically. One table per (L, causal) is built from the exact functionals at the nodes
-(0.2–0.35 s at L = 64–128) and then answers in microseconds.
+(0.2–0.35 s at L = 64–128) and then answers in microseconds. Causal tables also keep the
+per-row profiles F2(n), B(n), n = 1..L (`profiles`, for the per-position backward of `causal`).
 
 Transforms: the positive functionals are interpolated in log (relative accuracy where they are
 small, e.g. F2 ~ e^{β²}/n); Z1 = 1/n + O(β²) and K2 (signed) linearly (log Z1 has a near-singularity
@@ -28,6 +29,7 @@ BETA_MAX = 3.0                     # largest logit scale β tabulated (β² = 9)
 ROW_NODES = 20                     # Chebyshev nodes in β for the row averages
 PAIR_NODES = (10, 10)              # Chebyshev nodes in (β, ρ) for the pair averages
 ROW_KEYS = ("F2", "F22", "Z1", "Z2", "B", "Bz")
+PROFILE_KEYS = ("F2", "B")         # per key count n (causal rows), for `causal`; interpolated linearly (B = 0 at n = 1)
 PAIR_KEYS = ("K1", "K2", "CK")
 LINEAR = ("Z1", "K2")              # interpolated as is; the others in log when positive at every node
 
@@ -44,6 +46,12 @@ def exact_rows(beta2: float, L: int, causal: bool) -> dict[str, float]:
     """Row averages of the exact row functionals at logit variance ``beta2``."""
     f = row_functionals(beta2, key_counts(L, causal)[0])
     return {k: float(np.mean(f[k])) for k in ROW_KEYS}
+
+
+def exact_profiles(beta2: float, L: int) -> np.ndarray:
+    """(len(PROFILE_KEYS), L): F2 and B of a causal row with n = 1..L keys at logit variance ``beta2``."""
+    f = row_functionals(beta2, key_counts(L, True)[0])
+    return np.stack([f[k] for k in PROFILE_KEYS])
 
 
 def exact_pairs(beta2: float, rho: float, L: int, causal: bool) -> dict[str, float]:
@@ -83,9 +91,13 @@ class FunctionalTable:
     def __init__(self, L: int, causal: bool) -> None:
         self.L, self.causal = L, causal
         xb = _nodes(ROW_NODES)
-        rows = np.array([_values(exact_rows((BETA_MAX * (x + 1) / 2) ** 2, L, causal), ROW_KEYS) for x in xb])
+        per_n = [row_functionals((BETA_MAX * (x + 1) / 2) ** 2, key_counts(L, causal)[0]) for x in xb]
+        rows = np.array([[float(np.mean(f[k])) for k in ROW_KEYS] for f in per_n])
         values, self.row_log = _fit(rows, ROW_KEYS)
         self.row_coef = np.linalg.solve(_vander(xb, ROW_NODES), values)                           # (nb, k)
+        profiles = np.array([[f[k] for k in PROFILE_KEYS] for f in per_n]) if causal else None    # (nb, k, L)
+        self.profile_coef = None if profiles is None else np.einsum("bi,ikl->bkl", np.linalg.inv(_vander(xb, ROW_NODES)),
+                                                                    profiles)
         nb, nr = PAIR_NODES
         xb, xr = _nodes(nb), _nodes(nr)
         pairs = np.array([[_values(exact_pairs((BETA_MAX * (x + 1) / 2) ** 2, y, L, causal), PAIR_KEYS)
@@ -102,6 +114,12 @@ class FunctionalTable:
         """R_k at each entry of ``beta2`` (all <= β_max²)."""
         x = 2 * np.sqrt(beta2) / BETA_MAX - 1
         return _untransform(_vander(x, ROW_NODES) @ self.row_coef, self.row_log, ROW_KEYS)
+
+    def profiles(self, beta2: np.ndarray) -> np.ndarray:
+        """(len(beta2), len(PROFILE_KEYS), L): per-row F2 and B of a causal table (n = 1..L keys)."""
+        if self.profile_coef is None:
+            raise ValueError("per-row profiles are tabulated for causal tables only")
+        return np.einsum("pb,bkl->pkl", _vander(2 * np.sqrt(beta2) / BETA_MAX - 1, ROW_NODES), self.profile_coef)
 
     def pairs(self, beta2: np.ndarray, rho: np.ndarray) -> dict[str, np.ndarray]:
         """P_k at each (beta2, rho) entry."""

@@ -1,0 +1,171 @@
+"""Backward pass of a causal decoder with one gradient covariance per pair of token positions.
+
+The exchangeable maps carry one gradient variance and one correlation for all tokens. A causal,
+rank-collapsed Post-LN stack breaks that: position i attends to n_i = i + 1 keys, so token 1
+(0-based 0) sees only itself and its attention output is its own value, while every later
+position is an average that its own perturbations barely move. Going down the stack the
+gradient of position j > 0 decays by ≈ (1 + c_v/n_j)/(1 + c_v) per attention sublayer (c_v =
+d²σ_v²σ_o², the V∘O gain) and position 0 keeps gain ≈ 1, so below the top layers the first
+token carries almost all the gradient (measured > 99% at depth 48).
+
+State: G (L, L), G_ij = E[g_i^a g_j^a] (per feature; the record's grad_var is tr G / L). Forward
+moments come from the exchangeable chain; per-row quantities from the causal softmax profiles
+F2(n) = EΣS², B(n) = E tr Q_S² of a row with n keys (`tables.FunctionalTable.profiles`),
+averaged over the finite-width logit-scale fluctuations like `Attention`.
+
+* Tokenwise map c (linear, norm, activation, dropout): its exchangeable backward is linear in
+  (σ_g², Cov_g) and acts per token, so G' = a·diag(G) + b·offdiag(G) with
+  a = c.bwd(m, (1, 0)).grad_var and b = c.bwd(m, (1, 1)).grad_cov.
+* Attention, V path: g^V_j = W_vᵀ Σ_i a_ij g_i, so G' = d σ_v² Σ_{i,i'} E[a_ij a_i'k] G_ii'. With
+  rows independent given the forward moments (E[a_ij a_i'k] = E a_ij E a_i'k, i ≠ i') and each
+  row's keys exchangeable (S' = S ⊙ mask/(1−p)):
+      G' = d σ_v² (Mᵀ G M + Σ_i G_ii D_i),   M = γ₁I + (1 − γ₂)U,  U_ij = 1[j ≤ i]/n_i,
+      (D_i)_jk = 1[j, k ≤ i] (F2_i/(n_i(1−p)) − 1/n_i²)              for j = k,
+               = 1[j, k ≤ i] ((1 − F2_i)/(n_i(n_i − 1)) − 1/n_i²)     for j ≠ k.
+  Exact for uniform rows (F2 = 1/n: the rank-collapsed regime, logit scale β² ∝ 1 − r → 0);
+  the cross-row logit correlation (K1 − 1/(n n')) is dropped.
+* Attention, Q and K paths: the exchangeable map's totals (`Attention.mix_bwd_paths`) at the
+  position-averaged gradient, moved to the positions in proportion to G_ii B(n_i): query i's
+  softmax Jacobian Q_S vanishes when it sees one key (B(1) = 0), so a gradient held by the first
+  token has no Q/K path; a position-independent gradient recovers the exchangeable total.
+* Post-LN sublayer y = N(α x + β f(x)): `PostNormResidual`'s per-token factors (1 + v)(1 − S/d)/EK
+  (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
+  tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
+  forward of a row with n_i keys; f̄, F̄2 the row averages).
+* Residual: G' = α² G + β² branch(G); Serial: the maps in reverse order.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from .attention import Attention, gamma_nodes
+from .blocks import Serial
+from .postnorm import PostNormResidual
+from .residual import Residual
+from .softmax import row_functionals
+from .state import Component, Moments, ratio
+from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
+
+_UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
+
+
+def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j."""
+    return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
+
+
+@lru_cache(maxsize=256)
+def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
+    """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``,
+    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`)."""
+    st = att._setup(m)
+    w, t = gamma_nodes(att.kappa(m), 6)
+    beta2 = st.s2 * st.u2 * w
+    L = int(att.L)
+    if not att.exact and FunctionalTable.covers(float(beta2.max())):
+        prof = functional_table(L, True).profiles(beta2)                             # (6, 2, L)
+    else:
+        n = key_counts(L, True)[0]
+        prof = np.array([[row_functionals(float(b), n)[k] for k in PROFILE_KEYS] for b in beta2])
+    f2, b = t @ prof[:, 0], np.maximum(t @ prof[:, 1], 0.0)
+    f2.flags.writeable = b.flags.writeable = False
+    return f2, b
+
+
+def _split(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    diag = np.diag(G).copy()
+    return diag, G - np.diag(diag)
+
+
+def _tokenwise(c: Component, m: Moments, G: np.ndarray) -> np.ndarray:
+    diag, off = _split(G)
+    a, b = c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
+    return a * np.diag(diag) + b * off
+
+
+def _scalar(G: np.ndarray, m: Moments) -> Moments:
+    """``m`` with the position-averaged gradient moments of G."""
+    L = len(G)
+    var = float(np.trace(G)) / L
+    cov = (float(G.sum()) - L * var) / (L * (L - 1))
+    return replace(m, grad_var=var, grad_corr=0.0 if var == 0 else max(-1.0, min(1.0, cov / var)))
+
+
+def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
+    if not att.causal:
+        raise NotImplementedError("the per-position backward is derived for causal attention only")
+    f = att._mix_fwd(m)
+    G = G * (att.d * att.o_var)                                                      # output projection
+    n = key_counts(len(G), True)[0]
+    f2, b = row_profiles(att, m)
+    g1, g2 = (att.gamma1, att.gamma2) if att.shaped else (0.0, 0.0)
+    gm = g1 * G + (1 - g2) * _times_u(G, n)                                         # G M
+    mgm = g1 * gm + (1 - g2) * _times_u(gm.T, n).T                                  # Mᵀ G M
+    gii = np.diag(G)
+    on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
+    off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
+    tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
+    idx = np.arange(len(G))
+    rows = tail_off[np.maximum.outer(idx, idx)]                                        # Σ_{i ≥ max(j, k)}
+    rows[idx, idx] = tail_on
+    v_path = att.d * att.v_var * (mgm + rows)
+    _, (qk_var, qk_cov) = att.mix_bwd_paths(m, _scalar(G, f))
+    sbar = float(np.mean(gii))
+    if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
+        return v_path
+    q_diag = qk_var * len(G) * gii * b / (sbar * b.sum())     # ∝ G_ii B(n_i); qk_var on average if G_ii ∝ 1
+    q = np.sqrt(q_diag / qk_var)
+    qk = qk_cov * np.outer(q, q)
+    qk[idx, idx] = q_diag
+    return v_path + qk
+
+
+def _postnorm_factors(c: PostNormResidual, m: Moments, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-position diagonal and off-diagonal gradient factors of the norm (module docstring)."""
+    f = c.branch.fwd(m)
+    att = c.branch.components[0] if isinstance(c.branch, Serial) else c.branch
+    if isinstance(att, Attention):
+        st = att._setup(m)
+        f2 = row_profiles(att, m)[0]
+        fvar = f.var * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
+    else:
+        fvar = np.full(L, f.var)
+    mu2 = 0.0 if c.centered else m.mean ** 2
+    ek, rho, v, c2, _ = c.norm_stats(m.var + mu2, ratio(m.cov + mu2, m.var + mu2), fvar, f.corr)
+    s = c.upstream_align / c.d
+    return (1 + v) * (1 - s) / ek, np.sqrt((1 + 0.75 * v + 0.25 * c2) * (1 - s * (1 - rho * rho / 2)) / ek)
+
+
+def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
+    """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``), given G at
+    its output."""
+    if isinstance(c, Serial):
+        states = c.trace(m_in)
+        for comp, m in zip(reversed(c.components), reversed(states[:-1])):
+            G = position_bwd(comp, m, G)
+        return G
+    if isinstance(c, Residual):
+        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G)
+    if isinstance(c, PostNormResidual):
+        on, off = _postnorm_factors(c, m_in, len(G))
+        diag, rest = _split(G)
+        Gz = rest * np.outer(off, off) + np.diag(diag * on)
+        return c.alpha ** 2 * Gz + c.beta ** 2 * position_bwd(c.branch, m_in, Gz)
+    if isinstance(c, Attention):
+        return _attention(c, m_in, G)
+    return _tokenwise(c, m_in, G)
+
+
+def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:
+    """``states`` (the forward trace: input, then each component's output) with the gradient moments of
+    the per-position backward: position-averaged variance tr G/L and correlation. The backward starts from
+    ``g_out`` (exchangeable) at the output."""
+    G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
+    out = [_scalar(G, states[-1])]
+    for c, m in zip(reversed(components), reversed(states[:-1])):
+        G = position_bwd(c, m, G)
+        out.append(_scalar(G, m))
+    return out[::-1]
