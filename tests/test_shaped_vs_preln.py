@@ -1,0 +1,37 @@
+import json
+import math
+
+import pytest
+
+from sigprop.experiments import shaped_vs_preln as svp
+
+
+def test_quick_run_writes_outputs(tmp_path):
+    s = svp.run(tmp_path, quick=True, progress_bar=False)
+    for ext in ("json", "png", "md"):
+        assert (tmp_path / f"{svp.NAME}.{ext}").stat().st_size > 0
+    saved = json.loads((tmp_path / f"{svp.NAME}.json").read_text())
+    assert saved["summary"]["verdict"] == s["verdict"]
+    assert {"verdict", "verdict_reason", "seeds", "wall_s", "configs"} <= set(s)
+    assert s["verdict"] in ("reproduced", "partly", "not reproduced")
+    assert len(s["configs"]) == len(svp.PRELN_LRS) + len(svp.SHAPINGS) * len(svp.GAMMAS)
+    for label, c in s["configs"].items():          # tiny runs: every config trains and its loss falls
+        final, initial = c["final_val_loss"]["mean"], c["initial_val_loss"]["mean"]
+        assert math.isfinite(final) and final < initial, label
+    assert 3.0 < s["unigram_val_loss"] < math.log(512)
+    md = (tmp_path / f"{svp.NAME}.md").read_text()
+    assert md.startswith(f"## {svp.NAME} — ") and f"**Verdict: {s['verdict']}.**" in md
+
+
+@pytest.mark.parametrize("shaped, preln, expected", [(4.0, 4.0, "reproduced"), (4.3, 4.0, "partly"),
+                                                     (4.5, 4.0, "not reproduced"), (3.5, 4.0, "reproduced"),
+                                                     (math.nan, 4.0, "not reproduced")])
+def test_verdict_rule(shaped, preln, expected):
+    assert svp.verdict(shaped, preln)[0] == expected
+
+
+def test_recover_follows_warmup():
+    cfgs = svp.configs(500)
+    _, lr, extra = cfgs["shaped recover γ=0.1"]
+    assert extra == {"recover_steps": svp.warmup(500)} == {"recover_steps": 50}
+    assert lr == svp.SHAPED_LR and cfgs["shaped learn γ=0.2"][2] == {}
