@@ -6,7 +6,8 @@
     r["final_val_loss"], r["diverged"], r["val_curve"]
 
 A NaN/Inf loss is a result, not a crash: the run stops (the trainer refuses the step) and comes back
-with ``diverged = True`` and the message.
+with ``diverged = True`` and the message. An interruption (Ctrl-C, SIGTERM) is not a result: the trainer
+checkpoints and `train_run` raises KeyboardInterrupt, so a truncated run is never recorded as finished.
 """
 from __future__ import annotations
 
@@ -63,9 +64,13 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     cfg = from_mapping(RunConfig, raw)
     start, error = time.perf_counter(), None
     try:
-        train(cfg)
+        trainer = train(cfg)
     except NonFiniteLossError as e:
         error = str(e)
+    else:
+        if trainer.stop_reason is not None:   # Ctrl-C / SIGTERM: the run saved itself; stop the experiment too
+            raise KeyboardInterrupt(f"{run_dir}: interrupted ({trainer.stop_reason}) at step "
+                                    f"{trainer.state.step}; its checkpoint is saved")
     wall = time.perf_counter() - start
     records = read_jsonl(run_dir / "metrics.jsonl")
     evals = [r for r in records if r["kind"] == "eval"]
