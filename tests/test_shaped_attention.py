@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from sigprop import ModelConfig
 from sigprop.nn import Attention, ShapedAttention
 
 B, T, D, H = 3, 12, 32, 4
@@ -105,3 +106,35 @@ def test_cross_attention_learn_mode_has_no_unused_parameter():
     names = {n for n, _ in attn.named_parameters()}
     assert "gamma2" in names and "gamma1" not in names           # DDP rejects unused parameters
     assert attn.gamma1.abs().sum() == 0
+
+
+def test_qk_scaling_init_is_equal_at_init_and_moves_logits_n_quarter_faster_under_adam():
+    """Same function at init; one Adam step (tiny lr, first order) changes the logits n^{1/4}× more."""
+    n, heads, T = 64, 4, 12
+    torch.manual_seed(0)
+    x = torch.randn(3, T, n, dtype=torch.float64)
+    target = torch.randn(3, T, n, dtype=torch.float64)
+    mods = {q: ShapedAttention(n, heads, causal=True, qk_scaling=q).double() for q in ("temperature", "init")}
+    mods["init"].load_state_dict(mods["temperature"].state_dict())
+    with torch.no_grad():
+        for w in (mods["init"].q_proj.weight, mods["init"].k_proj.weight):
+            w.mul_(n ** -0.25)                       # N(0, 1/n) → N(0, n^{-3/2})
+    logits = lambda m: m.logits(*m.qkv(x)[:2], None)  # noqa: E731
+    l0 = {q: logits(m) for q, m in mods.items()}
+    finite = l0["init"].isfinite()
+    torch.testing.assert_close(l0["init"][finite], l0["temperature"][finite], rtol=1e-12, atol=1e-12)
+    change = {}
+    for q, m in mods.items():
+        opt = torch.optim.Adam(m.parameters(), lr=1e-7, eps=1e-30)
+        ((m(x) - target) ** 2).mean().backward()
+        opt.step()
+        with torch.no_grad():
+            change[q] = (logits(m) - l0[q])[finite].norm()
+    assert change["init"] / change["temperature"] == pytest.approx(n ** 0.25, rel=1e-4)
+
+
+def test_qk_scaling_is_validated():
+    with pytest.raises(ValueError, match="qk_scaling"):
+        ShapedAttention(16, 2, qk_scaling="fast")
+    with pytest.raises(ValueError, match="ModelConfig.qk_scaling"):
+        ModelConfig(scheme="shaped", qk_scaling="fast")

@@ -8,7 +8,7 @@ Transformer) nor with "Learn".
 Setup: masked LM on the embedded ``pydoc`` corpus (BPE vocab 512, seq 64, 15 % masking), encoder
 of 4 layers, width 64, MLP width 256, 4 heads; 300 steps, batch 16, AdamW as in `shaped_vs_preln` (no weight
 decay, betas 0.9/0.999), warmup and Recover over the first 10 % of steps. Shaped: γ = 0.1, τ₀ = 1,
-λ and γ trained. Every 15 steps the trainer's `Diagnostics` callback measures, on a fixed
+λ and γ trained, the paper's training parametrization (``qk_scaling="init"``, see `shaped_vs_preln`). Every 15 steps the trainer's `Diagnostics` callback measures, on a fixed
 validation batch, the softmax row entropy −Σ_j p_ij log p_ij averaged over rows, heads and batch
 for each attention sublayer; we keep its mean and its minimum over the sublayers.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
-from ..nn.shaped_attention import SHAPING_MODES
+from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
 from ..schemes import SCHEMES, get_scheme
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
@@ -40,6 +40,7 @@ class ModelConfig:
     residual_gamma: float | None = None   # shaped/dslm: γ (β); None → scheme default
     learn_residual: bool = False      # train λ, γ (fixed values must satisfy λ² + γ² = 1)
     tau0: float = 1.0                 # shaped attention temperature τ = τ₀√(n·n_k), > 0
+    qk_scaling: str = "temperature"   # shaped: where the 1/√n of τ lives: temperature | init (W_Q, W_K ~ N(0, n^-3/2))
     shaping: str = "fixed"            # fixed | recover (scheduled by the trainer) | learn
     c_plus: float = 0.0               # shaped ReLU s₊ = 1 + c₊/√n
     c_minus: float = -1.0             # shaped ReLU s₋ = 1 + c₋/√n
@@ -60,6 +61,7 @@ class ModelConfig:
         _choice("norm_type", self.norm_type, NORM_TYPES)
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("shaping", self.shaping, SHAPING_MODES)
+        _choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.n_dec_layers is None:

@@ -20,7 +20,7 @@ def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attentio
     """The scheme's attention module; shaped cross-attention has no identity term (T ≠ S)."""
     if scheme.attention == "shaped":
         return ShapedAttention(cfg.d_model, cfg.n_heads, causal=causal, tau0=cfg.tau0, mode=cfg.shaping,
-                               identity=self_attention, bias=cfg.bias)
+                               identity=self_attention, bias=cfg.bias, qk_scaling=cfg.qk_scaling)
     return Attention(cfg.d_model, cfg.n_heads, causal=causal, bias=cfg.bias)
 
 

@@ -24,6 +24,7 @@ from .attention import Attention, attention_mask
 from .roles import tag
 
 SHAPING_MODES = ("fixed", "recover", "learn")
+QK_SCALINGS = ("temperature", "init")
 
 
 def masked_mean(v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) -> torch.Tensor:
@@ -44,17 +45,25 @@ class ShapedAttention(Attention):
     """Multi-head shaped attention; drop-in for `Attention`.
 
     identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
+    qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
+    "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
+    N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the
+    logits move n^{1/4} times more with "init" (to first order in the lr: the same ΔW, a √n larger logit
+    scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K learning rate.
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
                  gamma1: float = 1.0, gamma2: float = 1.0, mode: str = "fixed",
-                 identity: bool = True, bias: bool = False) -> None:
+                 identity: bool = True, bias: bool = False, qk_scaling: str = "temperature") -> None:
         if tau0 <= 0:
             raise ValueError(f"tau0 must be > 0, got {tau0}")
         if mode not in SHAPING_MODES:
             raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
+        if qk_scaling not in QK_SCALINGS:
+            raise ValueError(f"qk_scaling must be one of {QK_SCALINGS}, got {qk_scaling!r}")
         d_head = d_model // max(n_heads, 1)
-        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / (tau0 * math.sqrt(d_model * d_head)))
+        tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
+        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau)
         self.tau0, self.identity, self.mode = tau0, identity, mode
         for name, value, used in (("gamma1", gamma1, identity), ("gamma2", gamma2, True)):
             g = torch.full((n_heads,), float(value) if used else 0.0)
