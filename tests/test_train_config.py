@@ -69,3 +69,10 @@ def test_overrides_parse_toml_literals():
     assert cfg.train.out_dir == "runs/x" and cfg.data.source == "stdlib" and cfg.train.resume is True
     with pytest.raises(ValueError, match=r"no \[model\] table"):
         load_config(None, ["train.steps=3"])
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_shipped_training_configs_validate(path):
+    cfg = load_config(path)
+    assert cfg.train.out_dir.startswith("runs/")

@@ -31,7 +31,7 @@ from .training import train_run  # noqa: E402
 
 # the training comparison: one size, three schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
-    "shaped (no LN, recover)": {"scheme": "shaped", "shaping": "recover", "tau0": 1.0},
+    "shaped (no LN, recover)": {"scheme": "shaped", "shaping": "recover", "tau0": 1.0, "qk_scaling": "init"},
     "Pre-LN": {"scheme": "preln"},
     "DSLM (Pre-LN)": {"scheme": "dslm", "norm": "preln"},
 }
