@@ -71,7 +71,7 @@ def test_recover_schedule_decays_shaping_to_zero(tmp_path):
     expect = [(1 - k / 4, 1 - k / 4, s0 * (1 - k / 4)) for k in range(4)] + [(0.0, 0.0, 0.0)] * 2
     assert [v for row in probe.seen for v in row] == pytest.approx([v for row in expect for v in row])
     diag = [r for r in log if r["kind"] == "diag"]
-    assert [r["step"] for r in diag] == [2, 4, 6]
+    assert [r["step"] for r in diag] == [0, 2, 4, 6]
     for r in diag:
         attn = [row for row in r["layers"] if row["sublayer"] == "attn"]
         assert len(attn) == 2 and all(row["grad_var"] > 0 for row in r["layers"])

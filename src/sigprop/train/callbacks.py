@@ -39,13 +39,17 @@ class Callback:
 
 
 class Diagnostics(Callback):
-    """Every ``every`` steps (rank 0): `sigprop.diagnostics.measure` on a fixed validation batch,
+    """At step 0 and every ``every`` steps (rank 0): `sigprop.diagnostics.measure` on a fixed validation batch,
     in eval mode. Logs the per-sublayer records (``layers``: fwd_var, token_corr, grad_var,
     attn_entropy, ...) and summaries: mean and min attention entropy over attention
     sublayers, and the token correlation of the last sublayer output (``token_corr``)."""
 
     def __init__(self, every: int) -> None:
         self.every = every
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        if trainer.state.step == 0:          # the baseline at initialization (not again on resume)
+            self.on_step_end(trainer)
 
     def on_step_end(self, trainer: "Trainer") -> None:
         if self.every and trainer.state.step % self.every == 0 and trainer.dist.is_main:

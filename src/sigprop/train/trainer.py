@@ -69,16 +69,16 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.last_checkpoint: Path | None = None
         self.stop_reason: str | None = None
-        self.callbacks: list[Callback] = []
-        if cfg.model.shaping == "recover":
-            self.callbacks.append(RecoverSchedule(self.model, cfg.train.recover_steps))
-        self.callbacks.append(Diagnostics(cfg.train.diag_every))
+        self.callbacks: list[Callback] = []             # sinks first: the others may log from on_train_start
         if dist.is_main:
             self.callbacks.append(JSONLLogger(self.run_dir / "metrics.jsonl"))
             if cfg.train.tensorboard:
                 self.callbacks.append(TensorBoardLogger(self.run_dir / "tensorboard"))
             if cfg.train.progress:
                 self.callbacks.append(ProgressBar())
+        if cfg.model.shaping == "recover":
+            self.callbacks.append(RecoverSchedule(self.model, cfg.train.recover_steps))
+        self.callbacks.append(Diagnostics(cfg.train.diag_every))
         self.callbacks += list(callbacks)
         self._eval_batch: Batch | None = None
 
