@@ -13,6 +13,8 @@ Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown
 fixed in each runner's docstring (`src/sigprop/experiments/`), before the full runs. The figure
 reproductions have their own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
 Transformer, Figs. 1, 2, 4, 5) and [RESULTS_dslm_moments.md](RESULTS_dslm_moments.md) (DeepScaleLM moments).
+What the verdicts mean at this scale, with the measurements made beside them:
+[RESULTS_discussion.md](RESULTS_discussion.md).
 """
 
 
