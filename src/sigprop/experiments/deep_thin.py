@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from ..models import ModelConfig  # noqa: E402
 from ..models.build import ARCHITECTURES  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
-from .training import param_count, train_run  # noqa: E402
+from .training import param_count, seed_stats, train_run  # noqa: E402
 
 NAME = "deep-thin"
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart
@@ -113,13 +113,6 @@ def non_embedding_count(model: dict[str, Any]) -> int:
     with torch.device("meta"):
         embed = ARCHITECTURES[cfg.arch](cfg).embed
     return param_count(cfg) - sum(p.numel() for p in embed.parameters() if p.requires_grad)
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    """Mean, sample std (0 for a single seed) and standard error of the mean; NaN if any run diverged."""
-    v = np.asarray(values, dtype=float)
-    std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(len(v))}
 
 
 def compare(pair: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -236,8 +229,8 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 
             table, runs = model_table(setting, shape), data[name][kind]
             models[kind] = {"shape": shape.label, **table, "params": param_count(table),
                             "non_embedding_params": non_embedding_count(table),
-                            "final_val_loss": _stats([r["final_val_loss"] for r in runs]),
-                            "final_val_acc": _stats([r["final_val_acc"] for r in runs]),
+                            "final_val_loss": seed_stats(r["final_val_loss"] for r in runs),
+                            "final_val_acc": seed_stats(r["final_val_acc"] for r in runs),
                             "diverged": sum(r["diverged"] for r in runs),
                             "wall_s": round(sum(r["wall_s"] for r in runs), 1)}
         deep, wide = models["deep-thin"], models["shallow-wide"]

@@ -33,23 +33,18 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from ..train.config import load_config  # noqa: E402
-from ..train.data import prepare_data  # noqa: E402
 from ..train.logging import read_jsonl  # noqa: E402
-from ..train.sampler import generator  # noqa: E402
-from ..train.trainer import EVAL_STREAM  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
-from .training import train_run  # noqa: E402
+from .training import seed_stats, train_run, unigram_loss  # noqa: E402
 
 NAME = "dslm-depth"
 VOCAB, HEADS = 512, 4
@@ -59,17 +54,6 @@ FULL = {"depth": 192, "deep_depth": 1000, "width": 64, "seq": 32, "batch": 8, "s
         "lr": 1e-2, "low_lr": 1e-3, "seeds": (0, 1), "deep_seeds": (0,), "deep_norms": ("preln",), "eval_every": 20}
 QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "seq": 16, "batch": 4, "steps": 12, "deep_steps": 12,
          "seeds": (0,), "eval_every": 4}
-
-
-def unigram_loss(run_dir: Path) -> float:
-    """U = −mean log p̂(t) over the run's evaluation targets t, p̂ = add-one-smoothed unigram frequencies of
-    the run's training split (same tokenizer, split and evaluation batch as the run)."""
-    cfg = load_config(run_dir / "config.toml", [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
-    data = prepare_data(cfg, run_dir, save_tokenizer=False)
-    counts = torch.bincount(data.train.tokens, minlength=data.tokenizer.vocab_size).double() + 1.0
-    n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
-    targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
-    return float(-(counts / counts.sum()).log()[targets].mean())
 
 
 def grad_curve(run_dir: Path) -> list[list[float]]:
@@ -112,11 +96,6 @@ def status(r: dict[str, Any], dslm_drop: float | None = None) -> str:
     return "trains"
 
 
-def _stats(values: Iterable[float]) -> dict[str, float]:
-    v = np.array(list(values), dtype=float)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0}
-
-
 def _grad_stats(curve: list[list[float]]) -> dict[str, float]:
     """Median pre-clip gradient norm over the first and the last tenth of the steps, and the maximum."""
     g = np.array([v for _, v in curve], dtype=float)
@@ -137,12 +116,12 @@ def summarize(runs: dict[str, list[dict[str, Any]]], s: dict[str, Any]) -> dict[
         configs[key] = {"scheme": rs[0]["scheme"], "norm": norm, "depth": rs[0]["depth"],
                         "lr": rs[0]["lr"], "params": rs[0]["params"], "seeds": [r["seed"] for r in rs],
                         "status": st, "diverged": [r["diverged"] for r in rs],
-                        "initial_val_loss": _stats(r["initial_val_loss"] for r in rs),
-                        "final_val_loss": _stats(r["final_val_loss"] for r in rs),
-                        "best_val_loss": _stats(r["best_val_loss"] for r in rs),
-                        "unigram_loss": _stats(r["unigram_loss"] for r in rs),
-                        "drop": _stats(drop(r) for r in rs),
-                        "progress_to_unigram": _stats(progress_to_unigram(r) for r in rs),
+                        "initial_val_loss": seed_stats(r["initial_val_loss"] for r in rs),
+                        "final_val_loss": seed_stats(r["final_val_loss"] for r in rs),
+                        "best_val_loss": seed_stats(r["best_val_loss"] for r in rs),
+                        "unigram_loss": seed_stats(r["unigram_loss"] for r in rs),
+                        "drop": seed_stats(drop(r) for r in rs),
+                        "progress_to_unigram": seed_stats(progress_to_unigram(r) for r in rs),
                         "grad_norm": [_grad_stats(r["grad_curve"]) for r in rs],
                         "wall_s": round(sum(r["wall_s"] for r in rs), 1)}
     dslm_ok = all(x == "trains" for c in configs.values() if c["scheme"] == "dslm" for x in c["status"])

@@ -38,9 +38,8 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -48,10 +47,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..train.corpus import load_documents, split_documents  # noqa: E402
-from ..train.tokenizer import BPETokenizer  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
-from .training import train_run  # noqa: E402
+from .training import seed_stats, train_run, unigram_loss  # noqa: E402
 
 NAME = "shaped-vs-preln"
 PRELN_LRS = (1e-4, 5e-4, 1e-3, 5e-3)
@@ -89,17 +86,6 @@ def warmup(steps: int) -> int:
     return max(1, steps // 10)
 
 
-def unigram_loss(tokenizer: str | Path, seed: int) -> float:
-    """Cross-entropy (nats) of the validation tokens under the add-one unigram law of the training
-    tokens, for the document split of ``seed``: the loss of a model that ignores the context."""
-    tok = BPETokenizer.load(tokenizer)
-    train_docs, val_docs = split_documents(load_documents(DATA["source"]), 0.1, seed)
-    counts = Counter(tok.encode_corpus(train_docs).tolist())
-    total = sum(counts.values()) + tok.vocab_size
-    val = tok.encode_corpus(val_docs).tolist()
-    return -sum(math.log((counts[t] + 1) / total) for t in val) / len(val)
-
-
 def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> dict[str, list[float]]:
     """Mean over curves of rows [step, value, ...] (``column`` picks the value), cut to the shortest."""
     if not curves:
@@ -112,13 +98,6 @@ def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> 
 def finished(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
     """The ``key`` curves of the runs that did not diverge."""
     return [r[key] for r in runs if not r["diverged"]]
-
-
-def seed_stats(values: Iterable[float]) -> dict[str, Any]:
-    """Mean, sample std (0 for one seed) and the per-seed values; NaN mean if any value is NaN."""
-    v = np.asarray(list(values), dtype=float)
-    std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    return {"mean": float(v.mean()), "std": std, "per_seed": v.tolist()}
 
 
 def verdict(best_shaped: float, best_preln: float) -> tuple[str, float]:
@@ -226,7 +205,7 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 
                                             optim={**OPTIM, "lr": lr, "warmup_steps": warmup(n)},
                                             train_cfg={**train_cfg, **extra}, seed=seed))
             if label == first:
-                unigram.append(unigram_loss(run_dir / "tokenizer.json", seed))
+                unigram.append(unigram_loss(run_dir))
 
     per_config = {label: {"lr": cfgs[label][1],
                           "final_val_loss": seed_stats(r["final_val_loss"] for r in rs),

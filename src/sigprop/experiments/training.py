@@ -15,16 +15,19 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+import numpy as np
 import torch
 
 from ..models import ModelConfig
 from ..models.build import ARCHITECTURES
-from ..train.config import RunConfig, from_mapping
+from ..train.config import RunConfig, from_mapping, load_config
+from ..train.data import prepare_data
 from ..train.logging import read_jsonl
 from ..train.run import train
-from ..train.trainer import NonFiniteLossError
+from ..train.sampler import generator
+from ..train.trainer import EVAL_STREAM, NonFiniteLossError
 
 # quiet, light runs: no inner progress bar (the experiment shows one over runs), one checkpoint at the end
 RUN_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1, "eval_batches": 4}
@@ -87,3 +90,24 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
             "initial_val_loss": val[0][1] if val else math.nan,
             "val_curve": val, "train_curve": steps, "diag": diag, "diverged": diverged, "error": error,
             "steps_done": steps[-1][0] if steps else 0, "wall_s": round(wall, 2)}
+
+
+def unigram_loss(run_dir: str | Path) -> float:
+    """U = −mean log p̂(t) over a finished run's evaluation targets t, p̂ = add-one-smoothed unigram
+    frequencies of its training split (same tokenizer, split and evaluation batch as the run): the loss
+    of a model that learned token frequencies and ignores the context."""
+    run_dir = Path(run_dir)
+    cfg = load_config(run_dir / "config.toml", [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
+    data = prepare_data(cfg, run_dir, save_tokenizer=False)
+    counts = torch.bincount(data.train.tokens, minlength=data.tokenizer.vocab_size).double() + 1.0
+    n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
+    targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
+    return float(-(counts / counts.sum()).log()[targets].mean())
+
+
+def seed_stats(values: Iterable[float]) -> dict[str, Any]:
+    """Mean, sample std (0 for one seed), standard error of the mean and the per-seed values over seeds;
+    the mean is NaN if any value is (a diverged run)."""
+    v = np.asarray(list(values), dtype=float)
+    std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(len(v)), "per_seed": v.tolist()}
