@@ -52,6 +52,15 @@ from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
 
 
+@lru_cache(maxsize=8)
+def _later(L: int) -> np.ndarray:
+    """max(j, k) over position pairs, (L, L) (read-only)."""
+    idx = np.arange(L)
+    out = np.maximum.outer(idx, idx)
+    out.flags.writeable = False
+    return out
+
+
 def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
     """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j."""
     return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
@@ -75,15 +84,17 @@ def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
     return f2, b
 
 
-def _split(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    diag = np.diag(G).copy()
-    return diag, G - np.diag(diag)
+def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np.ndarray:
+    """G with its diagonal times ``on`` and its off-diagonal times ``off`` (scalars, or per-position
+    vectors: entry (j, k) × off_j off_k)."""
+    out = G * (np.outer(off, off) if np.ndim(off) else off)
+    idx = np.arange(len(G))
+    out[idx, idx] = np.diagonal(G) * on
+    return out
 
 
 def _tokenwise(c: Component, m: Moments, G: np.ndarray) -> np.ndarray:
-    diag, off = _split(G)
-    a, b = c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
-    return a * np.diag(diag) + b * off
+    return _gains(G, c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov)
 
 
 def _scalar(G: np.ndarray, m: Moments) -> Moments:
@@ -109,7 +120,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
     tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
     idx = np.arange(len(G))
-    rows = tail_off[np.maximum.outer(idx, idx)]                                        # Σ_{i ≥ max(j, k)}
+    rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows[idx, idx] = tail_on
     v_path = att.d * att.v_var * (mgm + rows)
     _, (qk_var, qk_cov) = att.mix_bwd_paths(m, _scalar(G, f))
@@ -150,9 +161,7 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
     if isinstance(c, Residual):
         return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G)
     if isinstance(c, PostNormResidual):
-        on, off = _postnorm_factors(c, m_in, len(G))
-        diag, rest = _split(G)
-        Gz = rest * np.outer(off, off) + np.diag(diag * on)
+        Gz = _gains(G, *_postnorm_factors(c, m_in, len(G)))
         return c.alpha ** 2 * Gz + c.beta ** 2 * position_bwd(c.branch, m_in, Gz)
     if isinstance(c, Attention):
         return _attention(c, m_in, G)
