@@ -1,4 +1,3 @@
-import json
 import math
 
 from sigprop.experiments import deep_thin
@@ -25,16 +24,10 @@ def test_verdict_rule():
     assert not deep_thin.compare(pair(stats(math.nan, 0.0), stats(1.1, 0.0)))["deep_wins"]  # diverged
 
 
-def test_quick_run(tmp_path):
+def test_quick_run(tmp_path, claim_outputs):
     s = deep_thin.run(tmp_path, quick=True, show_progress=False)
-    for ext in ("json", "png", "md"):
-        assert (tmp_path / f"deep-thin.{ext}").stat().st_size > 0
-    saved = json.loads((tmp_path / "deep-thin.json").read_text())
-    assert saved["summary"]["verdict"] == s["verdict"]
-    assert {"verdict", "verdict_reason", "seeds", "wall_s", "settings"} <= set(s)
-    assert s["verdict"] in ("reproduced", "partly", "not reproduced")
+    saved = claim_outputs(tmp_path, "deep-thin", s, ("settings",))
     assert set(s["settings"]) == set(deep_thin.SETTINGS)
-    assert (tmp_path / "deep-thin.md").read_text().startswith("## deep-thin — ")
     for name, runs in saved["data"].items():
         for kind, rs in runs.items():
             for r in rs:

@@ -1,22 +1,11 @@
-import json
 import math
 
 from sigprop.experiments import dslm_depth
 
-VERDICTS = {"reproduced", "partly", "not reproduced"}
 
-
-def test_run_quick(tmp_path):
+def test_run_quick(tmp_path, claim_outputs):
     s = dslm_depth.run(tmp_path, quick=True)
-    for ext in ("json", "png", "md"):
-        p = tmp_path / f"dslm-depth.{ext}"
-        assert p.exists() and p.stat().st_size > 0, p
-    saved = json.loads((tmp_path / "dslm-depth.json").read_text())
-    assert saved["summary"]["verdict"] == s["verdict"]
-    assert {"verdict", "verdict_reason", "seeds", "wall_s", "configs"} <= set(s)
-    assert s["verdict"] in VERDICTS
-    md = (tmp_path / "dslm-depth.md").read_text()
-    assert md.startswith("## dslm-depth — ") and f"**Verdict: {s['verdict']}.**" in md
+    saved = claim_outputs(tmp_path, "dslm-depth", s, ("configs",))
     configs = s["configs"]
     assert len(configs) == 4 + 2 + 1                      # 4 at depth 192 (here 6), 2 low-lr standard, 1 deep
     for key, c in configs.items():

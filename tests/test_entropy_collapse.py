@@ -1,17 +1,11 @@
-import json
 import math
 
 from sigprop.experiments import entropy_collapse as ec
 
 
-def test_quick_run_writes_outputs(tmp_path):
+def test_quick_run_writes_outputs(tmp_path, claim_outputs):
     s = ec.run(tmp_path, quick=True, progress_bar=False)
-    for ext in ("json", "png", "md"):
-        assert (tmp_path / f"{ec.NAME}.{ext}").stat().st_size > 0
-    saved = json.loads((tmp_path / f"{ec.NAME}.json").read_text())
-    assert saved["summary"]["verdict"] == s["verdict"]
-    assert {"verdict", "verdict_reason", "seeds", "wall_s", "models", "lr"} <= set(s)
-    assert s["verdict"] in ("reproduced", "partly", "not reproduced")
+    saved = claim_outputs(tmp_path, ec.NAME, s, ("models", "lr"))
     log_t = math.log(ec.DATA["seq_len"])
     for label, m in s["models"].items():
         assert 0.0 < m["final_min_entropy"]["mean"] <= m["final_mean_entropy"]["mean"] <= log_t + 1e-6, label
