@@ -62,7 +62,7 @@ def fig1(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
     n, samples, paths, steps = (16, 64, 200, 64) if quick else (128, 1000, 2000, 256)
     blocks = {"softmax": {}, "preln": {}, "shaped": SHAPED_KW}
     rho = {b: correlation(ensemble.simulate(b, _V0(), n, n, samples, seed=1, method="gaussian", **kw))
-           for b, kw in blocks.items()}
+           for b, kw in progress(blocks.items(), "fig1: finite networks", total=len(blocks))}
     P = sde.simulate("transformer", _V0(), t=1.0, steps=steps, paths=paths, seed=2, **SHAPED_KW)
     live = ~P.stopped.numpy()
     rho_sde = correlation(P.V)[live]
