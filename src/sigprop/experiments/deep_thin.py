@@ -43,12 +43,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from ..models import ModelConfig  # noqa: E402
-from ..models.build import ARCHITECTURES  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
-from .training import param_count, seed_stats, train_run  # noqa: E402
+from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable, train_run  # noqa: E402
 
 NAME = "deep-thin"
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart
@@ -109,10 +106,8 @@ def data_table(setting: Setting, max_chars: int = 0) -> dict[str, Any]:
 def non_embedding_count(model: dict[str, Any]) -> int:
     """Trainable parameters outside the model's ``embed`` module (token/position tables, tied LM head;
     ViT patch projection, position table, class token)."""
-    cfg = ModelConfig.from_dict(model)
-    with torch.device("meta"):
-        embed = ARCHITECTURES[cfg.arch](cfg).embed
-    return param_count(cfg) - sum(p.numel() for p in embed.parameters() if p.requires_grad)
+    net = meta_model(model)
+    return trainable(net) - trainable(net.embed)
 
 
 def compare(pair: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -168,15 +163,12 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     for i, name in enumerate(names):
         ax = fig.add_subplot(grid[i // 4, i % 4])
         for kind, runs in data[name].items():
-            curves = [r["val_curve"] for r in runs if not r["diverged"]]
-            if not curves:
+            c = mean_curve(finished(runs, "val_curve"))
+            if not c["step"]:
                 continue
-            n = min(len(c) for c in curves)
-            steps = [p[0] for p in curves[0][:n]]
-            y = np.array([[p[1] for p in c[:n]] for c in curves])
             shape = summary["settings"][name]["models"][kind]["shape"]
-            ax.plot(steps, y.mean(0), color=colors[kind], label=f"{kind} {shape}")
-            ax.fill_between(steps, y.min(0), y.max(0), color=colors[kind], alpha=0.2)
+            ax.plot(c["step"], c["mean"], color=colors[kind], label=f"{kind} {shape}")
+            ax.fill_between(c["step"], c["min"], c["max"], color=colors[kind], alpha=0.2)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel("val loss")

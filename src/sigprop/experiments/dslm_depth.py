@@ -41,7 +41,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..train.logging import read_jsonl  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
 from .training import seed_stats, train_run, unigram_loss  # noqa: E402
@@ -56,11 +55,6 @@ QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "seq": 16, "batch": 
          "seeds": (0,), "eval_every": 4}
 
 
-def grad_curve(run_dir: Path) -> list[list[float]]:
-    """[[step, global gradient norm before clipping]] of every training step (metrics.jsonl)."""
-    return [[r["step"], r["grad_norm"]] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"]
-
-
 def one_run(run_dir: Path, scheme: str, norm: str | None, depth: int, lr: float, seed: int,
             s: dict[str, Any]) -> dict[str, Any]:
     """Train one decoder (``depth`` × ``s["width"]``) and return its `train_run` record (without the
@@ -72,7 +66,8 @@ def one_run(run_dir: Path, scheme: str, norm: str | None, depth: int, lr: float,
                   optim={"lr": lr, "warmup_steps": max(1, steps // 10)},
                   train_cfg={"steps": steps, "batch_size": s["batch"], "eval_every": s["eval_every"]}, seed=seed)
     r.pop("diag")
-    return {**r, "scheme": scheme, "norm": norm, "depth": depth, "lr": lr, "grad_curve": grad_curve(run_dir)}
+    grads = [[step, g] for step, _, g in r["train_curve"]]               # pre-clip global gradient norm
+    return {**r, "scheme": scheme, "norm": norm, "depth": depth, "lr": lr, "grad_curve": grads}
 
 
 def drop(r: dict[str, Any]) -> float:

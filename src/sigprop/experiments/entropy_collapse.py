@@ -42,8 +42,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .outputs import progress, write_outputs  # noqa: E402
-from .shaped_vs_preln import DATA, MODEL, OPTIM, finished, mean_curve, shaped_model, warmup  # noqa: E402
-from .training import seed_stats, train_run  # noqa: E402
+from .shaped_vs_preln import DATA, MODEL, OPTIM, shaped_model, warmup  # noqa: E402
+from .training import finished, mean_curve, seed_stats, train_run  # noqa: E402
 
 NAME = "entropy-collapse"
 LARGE_LR = 3e-2

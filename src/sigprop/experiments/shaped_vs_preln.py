@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .outputs import progress, write_outputs  # noqa: E402
-from .training import seed_stats, train_run, unigram_loss  # noqa: E402
+from .training import finished, mean_curve, seed_stats, train_run, unigram_loss  # noqa: E402
 
 NAME = "shaped-vs-preln"
 PRELN_LRS = (1e-4, 5e-4, 1e-3, 5e-3)
@@ -84,20 +84,6 @@ def configs(steps: int, shaped_lr: float = SHAPED_LR, qk_scaling: str = "init"
 def warmup(steps: int) -> int:
     """Warmup (and Recover) length: the first 10 % of the run."""
     return max(1, steps // 10)
-
-
-def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> dict[str, list[float]]:
-    """Mean over curves of rows [step, value, ...] (``column`` picks the value), cut to the shortest."""
-    if not curves:
-        return {"step": [], "mean": []}
-    n = min(len(c) for c in curves)
-    rows = np.asarray([c[:n] for c in curves], dtype=float)                # (curves, n, columns)
-    return {"step": rows[0, :, 0].tolist(), "mean": rows[:, :, column].mean(0).tolist()}
-
-
-def finished(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
-    """The ``key`` curves of the runs that did not diverge."""
-    return [r[key] for r in runs if not r["diverged"]]
 
 
 def verdict(best_shaped: float, best_preln: float) -> tuple[str, float]:

@@ -15,7 +15,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -33,12 +33,21 @@ from ..train.trainer import EVAL_STREAM, NonFiniteLossError
 RUN_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1, "eval_batches": 4}
 
 
-def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
-    """Trainable parameters of the model a config builds (built on the meta device: no memory, no init)."""
+def meta_model(model: ModelConfig | Mapping[str, Any]) -> torch.nn.Module:
+    """The model a config builds, on the meta device (shapes only: no memory, no init)."""
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(dict(model))
     with torch.device("meta"):
-        net = ARCHITECTURES[cfg.arch](cfg)
-    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+        return ARCHITECTURES[cfg.arch](cfg)
+
+
+def trainable(module: torch.nn.Module) -> int:
+    """Number of trainable parameters of ``module``."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
+    """Trainable parameters of the model a config builds."""
+    return trainable(meta_model(model))
 
 
 def _fresh(run_dir: Path) -> None:
@@ -55,7 +64,7 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     """Train a fresh model in ``out_dir`` and return its record (JSON-ready):
 
     ``final_val_loss`` and ``final_val_acc`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
-    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss]], ``diag`` [[step, mean attention
+    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss, pre-clip gradient norm]], ``diag`` [[step, mean attention
     entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diverged``,
     ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
     and ``train.seed`` are set here, every other key is validated as usual.
@@ -78,7 +87,7 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     records = read_jsonl(run_dir / "metrics.jsonl")
     evals = [r for r in records if r["kind"] == "eval"]
     val = [[r["step"], r["loss"]] for r in evals]
-    steps = [[r["step"], r["loss"]] for r in records if r["kind"] == "train"]
+    steps = [[r["step"], r["loss"], r["grad_norm"]] for r in records if r["kind"] == "train"]
     diag = [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]]
             for r in records if r["kind"] == "diag"]
     finite = [v for _, v in val if math.isfinite(v)]
@@ -111,3 +120,20 @@ def seed_stats(values: Iterable[float]) -> dict[str, Any]:
     v = np.asarray(list(values), dtype=float)
     std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
     return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(len(v)), "per_seed": v.tolist()}
+
+
+def finished(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
+    """The ``key`` curves of the runs that did not diverge."""
+    return [r[key] for r in runs if not r["diverged"]]
+
+
+def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> dict[str, list[float]]:
+    """Mean, min and max over curves of rows [step, value, ...] (``column`` picks the value), cut to the
+    shortest curve."""
+    if not curves:
+        return {"step": [], "mean": [], "min": [], "max": []}
+    n = min(len(c) for c in curves)
+    rows = np.asarray([c[:n] for c in curves], dtype=float)                # (curves, n, columns)
+    values = rows[:, :, column]
+    return {"step": rows[0, :, 0].tolist(), "mean": values.mean(0).tolist(), "min": values.min(0).tolist(),
+            "max": values.max(0).tolist()}
