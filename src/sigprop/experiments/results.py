@@ -23,19 +23,19 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
     ``root/RESULTS.md`` and, if ``docs``, to ``docs/RESULTS.md`` with the PNGs copied into ``docs/img``.
     Returns the text ("" and nothing written when no claim has results)."""
     root = Path(root)
-    found = [n for n in names if (root / n / f"{n}.md").exists() and (root / n / f"{n}.json").exists()
-             and "verdict" in json.loads((root / n / f"{n}.json").read_text())["summary"]]
+    summaries = {n: json.loads((root / n / f"{n}.json").read_text())["summary"] for n in names
+                 if (root / n / f"{n}.md").exists() and (root / n / f"{n}.json").exists()}
+    found = {n: s for n, s in summaries.items() if "verdict" in s}
     if not found:
         return ""
     rows, sections = [], []
-    for n in found:
-        s = json.loads((root / n / f"{n}.json").read_text())["summary"]
-        seeds = s.get("seeds")
+    for n, s in found.items():
+        seeds = s["seeds"]
         seeds = ", ".join(map(str, seeds)) if isinstance(seeds, (list, tuple)) else seeds
-        rows.append(f"| [{n}](#{n}) | **{s.get('verdict', '—')}** | {s.get('verdict_reason', '')} | "
-                    f"`sigprop reproduce {n}` | {seeds} | {s.get('wall_s', 0) / 60:.1f} min |")
+        rows.append(f"| [{n}](#{n}) | **{s['verdict']}** | {s['verdict_reason']} | "
+                    f"`sigprop reproduce {n}` | {seeds} | {s['wall_s'] / 60:.1f} min |")
         sections.append(f'<a id="{n}"></a>\n\n' + (root / n / f"{n}.md").read_text().rstrip()
-                        + f"\n\nCommand: `sigprop reproduce {n}`; seeds {seeds}; wall time {s.get('wall_s', 0):.0f} s."
+                        + f"\n\nCommand: `sigprop reproduce {n}`; seeds {seeds}; wall time {s['wall_s']:.0f} s."
                         + f"\n\n![{n}](img/{n}.png)\n")
     table = ["| claim | verdict | measured | command | seeds | wall |", "|---|---|---|---|---|---|", *rows]
     text = HEADER + "\n" + "\n".join(table) + "\n\n" + "\n\n".join(sections)
