@@ -46,7 +46,7 @@ from .blocks import Serial
 from .postnorm import PostNormResidual
 from .residual import Residual
 from .softmax import row_functionals
-from .state import Component, Moments, ratio
+from .state import Component, Moments
 from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
@@ -144,10 +144,8 @@ def _postnorm_factors(c: PostNormResidual, m: Moments, L: int) -> tuple[np.ndarr
         fvar = f.var * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
     else:
         fvar = np.full(L, f.var)
-    mu2 = 0.0 if c.centered else m.mean ** 2
-    ek, rho, v, c2, _ = c.norm_stats(m.var + mu2, ratio(m.cov + mu2, m.var + mu2), fvar, f.corr)
-    s = c.upstream_align / c.d
-    return (1 + v) * (1 - s) / ek, np.sqrt((1 + 0.75 * v + 0.25 * c2) * (1 - s * (1 - rho * rho / 2)) / ek)
+    on, off = c.grad_gains(m, fvar, f.corr)
+    return on, np.sqrt(off)
 
 
 def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:

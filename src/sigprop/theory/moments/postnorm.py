@@ -50,10 +50,18 @@ class PostNormResidual:
     normalized_input: bool = True
     upstream_align: float = 0.0
 
-    def _stats(self, x: Moments, f: Moments) -> tuple[float, float, float, float, float]:
-        """EK_ii, ρ, v, c₂ and Cov(K_ij, K_ii)/EK² of the norm's input."""
+    def _stats(self, x: Moments, f_var: Any, f_corr: float) -> tuple[Any, Any, Any, Any, Any]:
+        """EK_ii, ρ, v, c₂ and Cov(K_ij, K_ii)/EK² of the norm's input (elementwise over an array of
+        branch variances ``f_var``)."""
         mu2 = 0.0 if self.centered else x.mean ** 2       # centring removes the mean all features share
-        return self.norm_stats(x.var + mu2, ratio(x.cov + mu2, x.var + mu2), f.var, f.corr)
+        return self.norm_stats(x.var + mu2, ratio(x.cov + mu2, x.var + mu2), f_var, f_corr)
+
+    def grad_gains(self, x: Moments, f_var: Any, f_corr: float) -> tuple[Any, Any]:
+        """Factors of the gradient variance and covariance through the norm, stream ``x`` and branch
+        (``f_var`` a float, or one variance per token), before the residual's own backward."""
+        ek, rho, v, c2, _ = self._stats(x, f_var, f_corr)
+        s = self.upstream_align / self.d
+        return (1 + v) * (1 - s) / ek, (1 + 0.75 * v + 0.25 * c2) * (1 - s * (1 - rho * rho / 2)) / ek
 
     def norm_stats(self, sx: Any, rx: float, sf: Any, rf: float) -> tuple[Any, Any, Any, Any, Any]:
         """`_stats` from the stream's (variance, corr) and the branch's; elementwise over arrays of variances."""
@@ -70,18 +78,18 @@ class PostNormResidual:
         c2 = (nx * rx * rx * x4 + 2 * rf * rf * f4 + 4 * rx * rf * xf) / d
         return ek, ekij / ek, var / ek ** 2, c2 / ek ** 2, c1 / ek ** 2
 
-    def _sum(self, x: Moments) -> tuple[Residual, Moments, tuple[float, ...]]:
+    def _sum(self, x: Moments) -> tuple[Residual, Moments, Moments]:
         res, f = Residual(self.alpha, self.beta, self.branch), self.branch.fwd(x)
-        return res, res.combine(x, f), self._stats(x, f)
+        return res, res.combine(x, f), f
 
     def fwd(self, m: Moments) -> Moments:
-        _, z, (_, rho, v, c2, c1) = self._sum(m)
+        _, z, f = self._sum(m)
+        _, rho, v, c2, c1 = self._stats(m, f.var, f.corr)
         return replace(z, mean=0.0, var=1.0, corr=max(-1.0, min(1.0, rho * (1 + 0.75 * v + 0.25 * c2) - c1)))
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
-        res, z, (ek, rho, v, c2, _) = self._sum(m_in)
-        s = self.upstream_align / self.d
-        var = g_out.grad_var * (1 + v) * (1 - s) / ek
-        cov = g_out.grad_cov * (1 + 0.75 * v + 0.25 * c2) * (1 - s * (1 - rho * rho / 2)) / ek
+        res, z, f = self._sum(m_in)
+        on, off = self.grad_gains(m_in, f.var, f.corr)
+        var, cov = g_out.grad_var * on, g_out.grad_cov * off
         g_z = replace(z, grad_var=var, grad_corr=ratio(cov, var))
         return res.bwd(m_in, g_z)
