@@ -2,8 +2,6 @@
 import json
 import re
 
-import pytest
-
 from sigprop.cli import main
 from sigprop.experiments.report import Section, Table, write_html
 from sigprop.experiments.results import collect
@@ -54,20 +52,3 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
     assert (tmp_path / "docs" / "img" / "claim-b.png").read_bytes() == b"png"
     assert collect(tmp_path / "runs", ["missing"]) == ""
 
-
-def test_train_run_interrupted_is_not_a_result(tmp_path, monkeypatch):
-    from sigprop.experiments import training
-    from sigprop.train.callbacks import Callback
-
-    class StopAtTwo(Callback):
-        def on_step_end(self, trainer):
-            if trainer.state.step == 2:
-                trainer.request_stop("SIGINT")
-
-    real_train = training.train
-    monkeypatch.setattr(training, "train", lambda cfg: real_train(cfg, callbacks=[StopAtTwo()]))
-    model = {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300, "max_seq_len": 16}
-    with pytest.raises(KeyboardInterrupt, match="interrupted .SIGINT. at step 2"):
-        training.train_run(tmp_path / "r", model, data={"seq_len": 16, "max_chars": 20000},
-                           train_cfg={"steps": 5, "batch_size": 2})
-    assert list((tmp_path / "r" / "checkpoints").iterdir())

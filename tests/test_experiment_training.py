@@ -1,0 +1,40 @@
+"""`experiments.training.train_run`: a run as an experiment records it."""
+import math
+
+import pytest
+
+from sigprop.experiments.training import train_run
+
+TINY = {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300, "max_seq_len": 16}
+DATA = {"seq_len": 16, "max_chars": 20000}
+
+
+def test_train_run_records_curves_with_gradient_norms(tmp_path):
+    r = train_run(tmp_path / "r", TINY, data=DATA, train_cfg={"steps": 4, "batch_size": 2, "eval_every": 2})
+    assert not r["diverged"] and r["error"] is None and r["steps_done"] == 4
+    assert [s for s, _ in r["val_curve"]] == [0, 2, 4] and r["final_val_loss"] == r["val_curve"][-1][1]
+    assert [row[0] for row in r["train_curve"]] == [1, 2, 3, 4]
+    assert all(math.isfinite(g) and g > 0 for _, _, g in r["train_curve"])
+
+
+def test_train_run_divergence_is_a_result(tmp_path):
+    r = train_run(tmp_path / "r", {**TINY, "scheme": "vanilla"}, data=DATA,
+                  optim={"lr": 1e4, "grad_clip": 0.0, "warmup_steps": 0}, train_cfg={"steps": 6, "batch_size": 2})
+    assert r["diverged"] and "non-finite training loss" in r["error"]
+    assert math.isnan(r["final_val_loss"]) and r["steps_done"] < 6
+
+
+def test_train_run_interrupted_is_not_a_result(tmp_path, monkeypatch):
+    from sigprop.experiments import training
+    from sigprop.train.callbacks import Callback
+
+    class StopAtTwo(Callback):
+        def on_step_end(self, trainer):
+            if trainer.state.step == 2:
+                trainer.request_stop("SIGINT")
+
+    real_train = training.train
+    monkeypatch.setattr(training, "train", lambda cfg: real_train(cfg, callbacks=[StopAtTwo()]))
+    with pytest.raises(KeyboardInterrupt, match="interrupted .SIGINT. at step 2"):
+        training.train_run(tmp_path / "r", TINY, data=DATA, train_cfg={"steps": 5, "batch_size": 2})
+    assert list((tmp_path / "r" / "checkpoints").iterdir())
