@@ -9,6 +9,7 @@ Large-width DSLM limits, recovered by composition (μ = 0 input):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .attention import Attention
 from .dropout import Dropout
@@ -25,9 +26,7 @@ class Serial:
     def trace(self, m_in: Moments, g_out: Moments | None = None) -> list[Moments]:
         """Moments at every point: [input, after c1, ..., output]; with ``g_out`` (the gradient at the
         output) the grad fields are filled by the backward pass, else left as propagated."""
-        states = [m_in]
-        for c in self.components:
-            states.append(c.fwd(states[-1]))
+        states = list(_forward_states(self, m_in))
         if g_out is None:
             return states
         out = [g_out]
@@ -40,6 +39,15 @@ class Serial:
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self.trace(m_in, g_out)[0]
+
+
+@lru_cache(maxsize=8192)
+def _forward_states(chain: Serial, m_in: Moments) -> tuple[Moments, ...]:
+    """[input, after c1, ..., output]; cached: a Post-LN sublayer's backward re-reads its branch's forward."""
+    states = [m_in]
+    for c in chain.components:
+        states.append(c.fwd(states[-1]))
+    return tuple(states)
 
 
 def serial(*components: Component) -> Serial:

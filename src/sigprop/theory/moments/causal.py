@@ -36,17 +36,16 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from .attention import Attention, gamma_nodes
-from .blocks import Serial
+from .blocks import Serial, serial
 from .postnorm import PostNormResidual
 from .residual import Residual
 from .softmax import row_functionals
-from .state import Component, Moments
+from .state import Component, Moments, replace
 from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
@@ -88,13 +87,13 @@ def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np
     """G with its diagonal times ``on`` and its off-diagonal times ``off`` (scalars, or per-position
     vectors: entry (j, k) × off_j off_k)."""
     out = G * (np.outer(off, off) if np.ndim(off) else off)
-    idx = np.arange(len(G))
-    out[idx, idx] = np.diagonal(G) * on
+    out.flat[::len(G) + 1] = np.diagonal(G) * on
     return out
 
 
-def _tokenwise(c: Component, m: Moments, G: np.ndarray) -> np.ndarray:
-    return _gains(G, c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov)
+def _tokenwise_gains(c: Component, m: Moments) -> tuple[float, float]:
+    """A tokenwise map's (diagonal, off-diagonal) gradient factors on input ``m``."""
+    return c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
 
 
 def _scalar(G: np.ndarray, m: Moments) -> Moments:
@@ -114,7 +113,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
     f2, b = row_profiles(att, m)
     g1, g2 = (att.gamma1, att.gamma2) if att.shaped else (0.0, 0.0)
     gm = g1 * G + (1 - g2) * _times_u(G, n)                                         # G M
-    mgm = g1 * gm + (1 - g2) * _times_u(gm.T, n).T                                  # Mᵀ G M
+    mgm = g1 * gm + (1 - g2) * _times_u(np.ascontiguousarray(gm.T), n).T            # Mᵀ G M (cumsum: contiguous rows)
     gii = np.diag(G)
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
@@ -134,36 +133,48 @@ def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
     return v_path + qk
 
 
-def _postnorm_factors(c: PostNormResidual, m: Moments, L: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-position diagonal and off-diagonal gradient factors of the norm (module docstring)."""
-    f = c.branch.fwd(m)
+def _postnorm_factors(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Diagonal and off-diagonal gradient factors of the norm (module docstring): per position after an
+    attention branch, scalars after a tokenwise one; ``f`` is the branch output on input ``m``."""
     att = c.branch.components[0] if isinstance(c.branch, Serial) else c.branch
+    fvar: np.ndarray | float = f.var
     if isinstance(att, Attention):
         st = att._setup(m)
         f2 = row_profiles(att, m)[0]
         fvar = f.var * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
-    else:
-        fvar = np.full(L, f.var)
     on, off = c.grad_gains(m, fvar, f.corr)
-    return on, np.sqrt(off)
+    return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
+
+
+def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray) -> np.ndarray:
+    """G back through ``components`` given their forward ``states`` (input, then each output). The factors
+    of consecutive tokenwise maps multiply, so a run of them touches G once."""
+    on = off = 1.0
+    for comp, m in zip(reversed(components), reversed(states[:-1])):
+        if isinstance(comp, (Serial, Residual, PostNormResidual, Attention)):
+            G = position_bwd(comp, m, G if on == off == 1.0 else _gains(G, on, off))
+            on = off = 1.0
+        else:
+            a, b = _tokenwise_gains(comp, m)
+            on, off = on * a, off * b
+    return G if on == off == 1.0 else _gains(G, on, off)
 
 
 def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
     """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``), given G at
     its output."""
     if isinstance(c, Serial):
-        states = c.trace(m_in)
-        for comp, m in zip(reversed(c.components), reversed(states[:-1])):
-            G = position_bwd(comp, m, G)
-        return G
+        return _serial_bwd(c.components, c.trace(m_in), G)
     if isinstance(c, Residual):
         return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G)
     if isinstance(c, PostNormResidual):
-        Gz = _gains(G, *_postnorm_factors(c, m_in, len(G)))
-        return c.alpha ** 2 * Gz + c.beta ** 2 * position_bwd(c.branch, m_in, Gz)
+        parts = c.branch.components if isinstance(c.branch, Serial) else (c.branch,)
+        states = serial(*parts).trace(m_in)
+        Gz = _gains(G, *_postnorm_factors(c, m_in, states[-1]))
+        return c.alpha ** 2 * Gz + c.beta ** 2 * _serial_bwd(parts, states, Gz)
     if isinstance(c, Attention):
         return _attention(c, m_in, G)
-    return _tokenwise(c, m_in, G)
+    return _gains(G, *_tokenwise_gains(c, m_in))
 
 
 def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:

@@ -1,9 +1,9 @@
 """Inverted dropout y = x·b/(1−p), b ~ Bernoulli(1−p) i.i.d. per entry (exact moments)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from .state import Moments, check_prob, ratio
+from .state import Moments, check_prob, ratio, replace
 
 
 @dataclass(frozen=True)

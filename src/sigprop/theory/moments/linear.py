@@ -1,9 +1,9 @@
 """Linear map y = x W, W_ka ~ N(0, σ_w²) i.i.d., no bias (exact moments)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from .state import Moments, check_nonneg, check_size, ratio
+from .state import Moments, check_nonneg, check_size, ratio, replace
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ E[c²/(|u||v|)] by E[c²] E[1/(|u||v|)] is the only approximation, O(k⁻²) rel
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from .state import Moments, check_positive, check_size, ratio
+from .state import Moments, check_positive, check_size, ratio, replace
 
 
 def hyp2f1(a: float, b: float, c: float, z: float) -> float:

@@ -19,13 +19,13 @@ r' = (πr + √(1−r²) − r arccos r − 1)/(π−1), backward ½ and ¼ + ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from ..kernels import shaped_relu_slopes
-from .state import Moments, check_positive, check_size, ratio
+from .state import Moments, check_positive, check_size, ratio, replace
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(48)
 _TWO_PI = 2 * math.pi

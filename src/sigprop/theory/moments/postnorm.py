@@ -24,13 +24,13 @@ departure from homogeneity (its input gradient keeps a small component along x).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .residual import Residual
-from .state import Component, Moments, check_positive, ratio
+from .state import Component, Moments, check_positive, ratio, replace
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Scaled residual add y = α x + β f(x) (λ/β in DeepScaleLM, λ/γ in the Shaped Transformer)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from .state import Component, Moments, ratio
+from .state import Component, Moments, ratio, replace
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ diagonal S_k g_k, missing −2ΣS³ + (ΣS²)², which dominate once e^{2v} ≳ 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from .state import Moments, check_size
+from .state import Moments, check_size, replace
 
 QUADRATURE_BETA_MAX = 4.0     # largest mean logit scale accepted: pair functionals 1e-5 at β = 3, 1e-2 at β = 4;
                               # fluctuation nodes beyond it (small weight) degrade gracefully (rows 4e-3 at β = 8)
@@ -89,64 +89,69 @@ class RowSums:
 class PairSums:
     """Softmax functionals of two queries with logits βz, βz' (z' = ρz + √(1−ρ²)w) on shared keys,
     averaged over the ordered key counts (n1, n2) of ``pairs``: query 1 sees n1 keys, query 2 the same
-    n1 keys plus n2 − n1 keys of its own (causal masking); indices run over the shared keys.
+    n1 keys plus n2 − n1 keys of its own (causal masking); indices run over the shared keys. ``rho``
+    is one correlation or an array of R of them, evaluated together (same t grid: it depends on β only).
 
     Per key, φ(t, t') = E[f(z, w) e^{−t e^{βz} − t' e^{βz'}}] on a (z, w) Gauss–Hermite grid is
     contracted in two steps, over w at fixed z (only e^{βz'} depends on w), then over z: O(T Z W)
     instead of O(T² Z W). The sum over pairs is a Horner recursion in n1. Step h = 0.6 in log t:
     ≤ 3e-7 relative to h = 0.2 for β² ≤ 9, L = 128 (measured)."""
 
-    def __init__(self, beta2: float, rho: float, pairs: np.ndarray, h: float = 0.6, nodes: int = 24) -> None:
+    def __init__(self, beta2: float, rho: float | np.ndarray, pairs: np.ndarray, h: float = 0.6,
+                 nodes: int = 24) -> None:
         self.pairs = np.asarray(pairs, dtype=float).reshape(-1, 2)
         self.t, self.wt = _t_grid(beta2, float(self.pairs.max()), h)
         self.x, self.wx = _hermite(nodes)
-        b = math.sqrt(beta2)
+        b, rho = math.sqrt(beta2), np.atleast_1d(np.asarray(rho, dtype=float))
         self.e1 = np.exp(b * self.x)                                                   # (Z,)
-        self.e2 = np.exp(b * (rho * self.x[:, None] + math.sqrt(max(0.0, 1 - rho * rho)) * self.x[None, :]))  # (Z, W)
+        self.e2 = np.exp(b * (rho[:, None, None] * self.x[:, None]
+                              + np.sqrt(np.maximum(0.0, 1 - rho * rho))[:, None, None] * self.x[None, :]))  # (R, Z, W)
         self.k1 = np.exp(-self.t[:, None] * self.e1[None, :])                          # (T, Z)
-        self.k2 = np.exp(-self.t[:, None, None] * self.e2[None, :, :])                 # (T', Z, W)
-        m2 = np.einsum("szw,z,w->s", self.k2, self.wx, self.wx, optimize=False)      # a key only query 2 sees
+        self.k2t = np.exp(-self.t[None, None, :, None] * self.e2[:, :, None, :])       # (R, Z, T', W)
+        m2 = self.wx @ (self.k2t @ self.wx)                                             # (R, T'): a key only query 2 sees
         n1, n2 = self.pairs[:, 0].astype(int), self.pairs[:, 1].astype(int)
         self.n1, where = np.unique(n1, return_inverse=True)
         counts = np.zeros((len(self.n1), int((n2 - n1).max()) + 1))                   # pairs per (n1, n2 − n1)
         np.add.at(counts, (where, n2 - n1), 1.0)
-        powers = m2[None, :] ** np.arange(counts.shape[1])[:, None]                   # (gap, T')
-        self.extra = counts @ powers                              # Σ_{pairs with this n1} m2^{n2 − n1}, (n1, T')
+        powers = m2[:, None, :] ** np.arange(counts.shape[1])[None, :, None]           # (R, gap, T')
+        self.extra = np.einsum("ng,rgs->nrs", counts, powers, optimize=False)  # Σ_{pairs with this n1} m2^{n2 − n1}
         self._phi: dict[Index2, np.ndarray] = {}
         self._shared: dict[int, np.ndarray] = {}
 
     def phi(self, a: int, b: int, qz: int, qw: int) -> np.ndarray:
         key = (a, b, qz, qw)
         if key not in self._phi:
-            inner = np.einsum("szw,zw,w->zs", self.k2, self.e2 ** b, self.wx * self.x ** qw, optimize=False)
+            inner = self.k2t @ (self.e2 ** b * (self.wx * self.x ** qw))[..., None]      # (R, Z, T', 1)
             outer = self.k1 * (self.wx * self.e1 ** a * self.x ** qz)[None, :]
-            self._phi[key] = np.einsum("tz,zs->ts", outer, inner, optimize=False)   # (T, T')
+            self._phi[key] = outer @ inner[..., 0]                                       # (R, T, T')
         return self._phi[key]
 
     def _keys_outside(self, k: int) -> np.ndarray:
-        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (T, T'): the keys outside a k-index monomial (Horner in n1)."""
-        both, out, last = self.phi(0, 0, 0, 0), np.zeros((len(self.t), len(self.t))), None
+        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (R, T, T'): the keys outside a k-index monomial (Horner in n1)."""
+        both, last = self.phi(0, 0, 0, 0), None
+        out = np.zeros_like(both)
         for n1, extra in zip(self.n1[::-1], self.extra[::-1]):          # descending n1
             if n1 < k:
                 break
             if last is not None:
                 out *= both if last - n1 == 1 else both ** (last - n1)
-            out += math.perm(int(n1), k) * extra[None, :]
+            out += math.perm(int(n1), k) * extra[:, None, :]
             last = n1
         return out if last is None else out * both ** (last - k)
 
-    def __call__(self, *idx: Index2) -> float:
-        """Pair-averaged Σ over distinct shared indices of E[Π S_j^a S'_j^b z_j^qz w_j^qw] (a, b totals >= 1)."""
+    def __call__(self, *idx: Index2) -> np.ndarray:
+        """Pair-averaged Σ over distinct shared indices of E[Π S_j^a S'_j^b z_j^qz w_j^qw] (a, b totals >= 1),
+        one value per ρ."""
         k = len(idx)
         big_a, big_b = sum(i[0] for i in idx), sum(i[1] for i in idx)
         wa = self.wt * self.t ** (big_a - 1) / math.factorial(big_a - 1)
         wb = self.wt * self.t ** (big_b - 1) / math.factorial(big_b - 1)
-        f = np.ones((len(self.t), len(self.t)))
-        for i in idx:
+        f = self.phi(*idx[0])
+        for i in idx[1:]:
             f = f * self.phi(*i)
         if k not in self._shared:
             self._shared[k] = self._keys_outside(k)
-        return float(np.einsum("t,ts,s->", wa, f * self._shared[k], wb, optimize=False)) / len(self.pairs)
+        return np.einsum("rts,ts->r", f * self._shared[k], np.outer(wa, wb), optimize=False) / len(self.pairs)
 
 
 def row_functionals(beta2: float, n: np.ndarray) -> dict[str, np.ndarray]:
@@ -163,13 +168,15 @@ def row_functionals(beta2: float, n: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def pair_functionals(beta2: float, rho: float, pairs: np.ndarray) -> dict[str, float]:
-    """Pair averages: K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q')."""
+def pair_functionals(beta2: float, rho: float | np.ndarray, pairs: np.ndarray) -> dict[str, float | np.ndarray]:
+    """Pair averages: K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q');
+    floats for one ``rho``, arrays for an array of them."""
     s = PairSums(beta2, rho, pairs)
     k1 = s((1, 1, 0, 0))
     k2 = s((1, 1, 2, 0)) + s((1, 1, 0, 2)) + s((1, 0, 1, 0), (0, 1, 1, 0)) + s((1, 0, 0, 1), (0, 1, 0, 1))
     ck = k1 - s((2, 1, 0, 0)) - s((1, 2, 0, 0)) + s((2, 2, 0, 0)) + s((1, 1, 0, 0), (1, 1, 0, 0))
-    return {"K1": k1, "K2": k2, "CK": ck}
+    out = {"K1": k1, "K2": k2, "CK": ck}
+    return out if np.ndim(rho) else {k: float(v[0]) for k, v in out.items()}
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,13 @@ class Moments:
         return self.grad_corr * self.grad_var
 
 
+def replace(m: Moments, **changes: float) -> Moments:
+    """``dataclasses.replace`` for `Moments`, 3–4× faster (every map calls it; a 1000-layer predict ~30k times)."""
+    get = changes.get
+    return Moments(get("mean", m.mean), get("var", m.var), get("corr", m.corr), get("grad_var", m.grad_var),
+                   get("grad_corr", m.grad_corr))
+
+
 class Component(Protocol):
     """A moment map: see the module docstring for the convention."""
 

@@ -54,8 +54,9 @@ def exact_profiles(beta2: float, L: int) -> np.ndarray:
     return np.stack([f[k] for k in PROFILE_KEYS])
 
 
-def exact_pairs(beta2: float, rho: float, L: int, causal: bool) -> dict[str, float]:
-    """Pair averages of the exact pair functionals at logit variance ``beta2`` and logit correlation ``rho``."""
+def exact_pairs(beta2: float, rho: float | np.ndarray, L: int, causal: bool) -> dict[str, float | np.ndarray]:
+    """Pair averages of the exact pair functionals at logit variance ``beta2`` and logit correlation ``rho``
+    (one, or an array: one value each)."""
     return pair_functionals(beta2, rho, key_counts(L, causal)[1])
 
 
@@ -100,8 +101,8 @@ class FunctionalTable:
                                                                     profiles)
         nb, nr = PAIR_NODES
         xb, xr = _nodes(nb), _nodes(nr)
-        pairs = np.array([[_values(exact_pairs((BETA_MAX * (x + 1) / 2) ** 2, y, L, causal), PAIR_KEYS)
-                           for y in xr] for x in xb])                                               # (nb, nr, k)
+        pairs = np.array([np.stack(_values(exact_pairs((BETA_MAX * (x + 1) / 2) ** 2, xr, L, causal), PAIR_KEYS), -1)
+                          for x in xb])                                                             # (nb, nr, k)
         values, self.pair_log = _fit(pairs, PAIR_KEYS)
         inv_b, inv_r = np.linalg.inv(_vander(xb, nb)), np.linalg.inv(_vander(xr, nr))
         self.pair_coef = np.einsum("bi,rj,ijk->brk", inv_b, inv_r, values)                        # (nb, nr, k)
