@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from sigprop.nn import ShapedReLU as ShapedReLUModule
-from sigprop.theory.moments import (Attention, Component, Dropout, Embedding, ErrorRow, GeLU, LayerNorm, Linear,
-                                    Moments, PostNormResidual, ReLU, Residual, RMSNorm, ShapedReLU, Softmax,
-                                    attention_block, error_table, ffn_block, format_error_table, serial,
-                                    zipf_collision_probability)
+from sigprop.theory.moments import (Attention, Component, CrossAttention, Dropout, Embedding, ErrorRow, GeLU,
+                                    LayerNorm, Linear, Moments, PostNormResidual, ReLU, Residual,
+                                    RMSNorm, ShapedReLU, Softmax, attention_block, error_table, ffn_block,
+                                    format_error_table, serial, zipf_collision_probability)
 
 DT = torch.float64
 Sim = Callable[[torch.Tensor, torch.Generator], torch.Tensor]   # (input, gen) -> output, differentiable
@@ -377,6 +377,89 @@ def embedding_cases() -> list[Case]:
                  embedding_sim(500, 0.3, seg), (400, 16, 32), backward=False) for seg in (False, True)]
 
 
+# ------------------------------------------------------------- cross-attention: two inputs, two gradients
+CrossSim = Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]    # (x, memory, gen) -> output
+
+
+def reference_cross_attention(d: int, heads: int, q_var: float, k_var: float, v_var: float, o_var: float,
+                              p: float = 0.0, shaped: bool = False, tau0: float = 1.0, gamma2: float = 1.0) -> CrossSim:
+    """Queries from x (N, T, d), keys/values from y (N, S, d), fresh weights per sample, dropout on the
+    probabilities; shaped: Softmax − γ₂/S (no identity term), τ = τ₀√(d d_k)."""
+    dk = d // heads
+
+    def sim(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        s, t, _ = x.shape
+        w = [torch.randn(s, d, d, generator=gen, dtype=DT) * math.sqrt(v) for v in (q_var, k_var, v_var, o_var)]
+        q = (x @ w[0]).view(s, t, heads, dk).transpose(1, 2)                              # (N, H, T, dk)
+        k, v = ((y @ wi).view(s, y.shape[1], heads, dk).transpose(1, 2) for wi in w[1:3])  # (N, H, S, dk)
+        a = torch.softmax(q @ k.transpose(-1, -2) / (tau0 * math.sqrt(d * dk) if shaped else math.sqrt(dk)), -1)
+        a = a * (torch.rand(a.shape, generator=gen, dtype=DT) >= p).to(DT) / (1 - p)   # (N, H, T, S)
+        if shaped:
+            a = a - gamma2 / y.shape[1]
+        return (a @ v).transpose(1, 2).reshape(s, t, d) @ w[3]
+    return sim
+
+
+@dataclass(frozen=True)
+class CrossCase:
+    label: str
+    component: CrossAttention
+    m_q: Moments               # query-stream moments; grad fields = upstream gradient moments
+    m_kv: Moments              # memory moments
+    sim: CrossSim
+    samples: int
+
+
+def cross_case_rows(family: str, case: CrossCase, seed: int = 0) -> list[ErrorRow]:
+    """Rows ``family`` (output), ``family → query`` and ``family → memory`` (input gradients)."""
+    gen = torch.Generator().manual_seed(seed)
+    c, mq, mkv = case.component, case.m_q, case.m_kv
+    x, cx = gaussian((case.samples, c.T, c.d), mq.mean, mq.var, mq.corr, gen)
+    y, cy = gaussian((case.samples, c.S, c.d), mkv.mean, mkv.var, mkv.corr, gen)
+    x.requires_grad_(True)
+    y.requires_grad_(True)
+    out = case.sim(x, y, gen)
+    emp, se = pooled(out, torch.cat([cx, cy], 1))
+    g, cg = gaussian(out.shape, 0.0, mq.grad_var, mq.grad_corr, gen)
+    (out * g).sum().backward()
+    f = c.fwd(mq, mkv)
+    gq, gkv = c.bwd(mq, mkv, replace(f, grad_var=mq.grad_var, grad_corr=mq.grad_corr))
+    rows = [ErrorRow(family, "mean", f.mean, float(emp[0]), math.sqrt(float(emp[1])), float(se[0])),
+            ErrorRow(family, "var", f.var, float(emp[1]), 0.0, float(se[1])),
+            ErrorRow(family, "cov", f.cov, float(emp[2]), float(emp[1]), float(se[2]))]
+    for side, grad, pred in (("query", x.grad, gq), ("memory", y.grad, gkv)):
+        gemp, gse = pooled(grad, torch.cat([cx, cy, cg], 1))
+        rows += [ErrorRow(f"{family} → {side}", "grad_var", pred.grad_var, float(gemp[1]), 0.0, float(gse[1])),
+                 ErrorRow(f"{family} → {side}", "grad_cov", pred.grad_cov, float(gemp[2]), float(gemp[1]),
+                          float(gse[2]))]
+    return rows
+
+
+CROSS_GRID = [  # (T, S, d, heads, (var, corr, mean) of queries, of memory, grad_corr, extra CrossAttention kwargs)
+    (8, 16, 64, 1, (1.0, 0.3, 0.0), (1.0, 0.3, 0.0), 0.0, {}),
+    (16, 8, 64, 4, (1.0, 0.5, 0.5), (1.5, 0.2, 0.0), 0.3, {}),
+    (4, 32, 32, 2, (2.0, 0.0, 0.0), (1.0, 0.6, 0.0), 0.3, {}),
+    (12, 6, 64, 2, (0.5, 0.8, 0.0), (2.0, 0.0, 0.0), 0.0, {}),
+    (8, 16, 64, 4, (1.0, 0.3, 0.0), (1.0, 0.3, 0.0), 0.3, {"q_var": 2 / 64}),
+    (8, 16, 64, 2, (1.0, 0.3, 0.0), (1.0, 0.3, 0.3), 0.3, {"p": 0.1}),
+    (16, 8, 32, 1, (1.0, 0.0, 0.0), (1.0, 0.5, 0.0), 0.3, {"p": 0.1}),
+    (8, 16, 64, 2, (1.0, 0.3, 0.0), (1.0, 0.4, 0.0), 0.3, {"shaped": True}),
+    (16, 8, 64, 2, (1.0, 0.5, 0.0), (1.5, 0.2, 0.0), 0.0, {"shaped": True, "tau0": 0.1}),
+    (8, 16, 64, 2, (1.0, 0.3, 0.0), (1.0, 0.3, 0.0), 0.3, {"shaped": True, "tau0": 0.2, "p": 0.1}),
+]
+
+
+def cross_attention_rows(samples: int = 1200) -> list[ErrorRow]:
+    rows = []
+    for i, (t, s, d, h, q, kv, rg, extra) in enumerate(CROSS_GRID):
+        kw = {"q_var": 1 / d, "k_var": 1 / d, "v_var": 1 / d, "o_var": 1 / d, **extra}
+        case = CrossCase(f"T{t} S{s} d{d} H{h} q{q} kv{kv} rg{rg} {extra}", CrossAttention(d, h, t, s, **kw),
+                         Moments(q[2], q[0], q[1], 1.0, rg), Moments(kv[2], kv[0], kv[1]),
+                         reference_cross_attention(d, h, **kw), samples)
+        rows += cross_case_rows("cross_attention", case, seed=i)
+    return rows
+
+
 FAMILIES: dict[str, Callable[[], list[Case]]] = {
     "linear": linear_cases, "relu": lambda: activation_cases("relu"), "gelu": lambda: activation_cases("gelu"),
     "shaped_relu": lambda: activation_cases("shaped_relu"), "layernorm": lambda: norm_cases("layernorm"),
@@ -386,11 +469,14 @@ FAMILIES: dict[str, Callable[[], list[Case]]] = {
 }
 
 
+ROW_FAMILIES: dict[str, Callable[[], list[ErrorRow]]] = {"cross_attention": cross_attention_rows}   # not `Case`-shaped
+
+
 def main(families: list[str]) -> None:
     rows = []
-    for name in families or list(FAMILIES):
+    for name in families or [*FAMILIES, *ROW_FAMILIES]:
         t = time.time()
-        rows += family_rows(name, FAMILIES[name]())
+        rows += ROW_FAMILIES[name]() if name in ROW_FAMILIES else family_rows(name, FAMILIES[name]())
         print(f"{name}: {time.time() - t:.1f}s", file=sys.stderr)
     print(format_error_table(error_table(rows)))
 

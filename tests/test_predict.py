@@ -21,11 +21,12 @@ import pytest
 import torch
 
 from sigprop.diagnostics import measure
-from sigprop.diagnostics.commands import diagnose_main, predict_main
+from sigprop.diagnostics.commands import DiagnoseConfig, diagnose_main, predict_main, random_batch
 from sigprop.models import ModelConfig, build_model
 from sigprop.records import Record
 from sigprop.theory import moments
 from sigprop.theory.moments import Attention, Moments
+from sigprop.theory.moments.predict import encoder_chain
 from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_pairs, exact_rows, functional_table
 
 BAR, SEEDS, BATCH = 0.10, 48, 1
@@ -78,7 +79,7 @@ def test_logit_scale_beyond_the_table_uses_the_exact_path_and_hard_max_is_loud()
 
 
 # ------------------------------------------------------------------------------------------------ coverage
-@pytest.mark.parametrize("arch", ["decoder", "encoder"])
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encdec", "vit"])
 @pytest.mark.parametrize("scheme, norm", [("preln", None), ("postln", None), ("vanilla", None), ("shaped", None),
                                           ("dslm", "preln"), ("dslm", "postln"), ("deepnorm", None)])
 def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str, norm: str | None) -> None:
@@ -86,17 +87,34 @@ def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str,
     cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm, d_model=32, n_heads=2, n_layers=3, max_seq_len=8,
                       vocab_size=50)
     torch.manual_seed(0)
-    measured = measure(build_model(cfg).double(), torch.randint(0, 50, (2, 8)), attention_stats=False)
+    measured = measure(build_model(cfg).double(), random_batch(cfg, DiagnoseConfig(seq_len=8, batch=2)),
+                       attention_stats=False)
     predicted = moments.predict(cfg, seq_len=8)
     assert [(r.stack, r.layer, r.sublayer) for r in predicted] == [(r.stack, r.layer, r.sublayer) for r in measured]
     assert all(r.source == "predicted" and r.fwd_var > 0 and r.grad_var > 0 and -1 <= r.token_corr <= 1
                for r in predicted)
 
 
-@pytest.mark.parametrize("arch, missing", [("encdec", "cross-attention"), ("vit", "patch-embedding")])
-def test_unsupported_arch_names_the_missing_map(arch: str, missing: str) -> None:
-    with pytest.raises(NotImplementedError, match=missing):
-        moments.predict(ModelConfig(arch=arch))
+@pytest.mark.parametrize("arch", ["decoder", "encdec"])
+def test_shaped_init_form_predicts_like_the_temperature_form(arch: str) -> None:
+    """qk_scaling "init" (W_Q, W_K ~ N(0, n^-3/2), τ = τ₀√n_k) is the "temperature" form's function at init,
+    so the predictions agree; the logit scale reaches the maps at the right size (not n× too small)."""
+    base = dict(arch=arch, scheme="shaped", d_model=64, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=50)
+    init, temp = (moments.predict(ModelConfig(**base, qk_scaling=q), seq_len=16) for q in ("init", "temperature"))
+    for a, b in zip(init, temp):
+        for field in ("fwd_var", "token_corr", "grad_var"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), (a.layer, a.sublayer, field)
+
+
+def test_encdec_chain_is_the_decoder_reading_a_given_memory() -> None:
+    """`model_chain` of an encdec is its decoder, whose cross sublayers read the memory moments it is given
+    (the encoder's output); without them it says so."""
+    cfg = ModelConfig(arch="encdec", d_model=32, n_heads=2, n_layers=2, max_seq_len=8, vocab_size=50)
+    with pytest.raises(ValueError, match="memory"):
+        moments.model_chain(cfg)
+    memory = moments.serial(*encoder_chain(cfg)[1]).fwd(Moments(0.0, 1.0, 0.0))
+    labels, _ = moments.model_chain(cfg, memory=memory)
+    assert [lab for lab in labels if lab] == [(layer, kind) for layer in (1, 2) for kind in ("attn", "cross", "mlp")]
 
 
 def test_cli_functions_write_records_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

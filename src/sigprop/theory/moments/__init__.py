@@ -9,8 +9,9 @@ derivations and measured errors: docs/moments.md.
 """
 from .attention import Attention
 from .blocks import Serial, attention_block, ffn_block, serial
+from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
-from .embedding import Embedding, zipf_collision_approx, zipf_collision_probability
+from .embedding import Embedding, PatchEmbedding, zipf_collision_approx, zipf_collision_probability
 from .errors import ErrorRow, error_table, format_error_table, scaled_error
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
@@ -22,8 +23,9 @@ from .softmax import Softmax
 from .state import Component, Moments
 
 __all__ = [
-    "Attention", "Component", "Dropout", "Embedding", "ErrorRow", "GeLU", "LayerNorm", "Linear", "Moments",
-    "PiecewiseLinear", "PostNormResidual", "RMSNorm", "ReLU", "Residual", "Serial", "ShapedReLU", "Softmax",
+    "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "ErrorRow", "GeLU", "LayerNorm", "Linear",
+    "MemoryView", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView", "RMSNorm", "ReLU",
+    "Residual", "Serial", "ShapedReLU", "Softmax",
     "attention_block", "error_table", "ffn_block", "format_error_table", "model_chain", "predict", "scaled_error",
     "serial", "zipf_collision_approx", "zipf_collision_probability",
 ]

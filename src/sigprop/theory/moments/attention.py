@@ -32,7 +32,7 @@ L ≥ d_k, where query-norm/ρ̂ correlations are not modelled, ~5%).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -41,7 +41,7 @@ import numpy as np
 from .linear import Linear
 from .softmax import QUADRATURE_BETA_MAX
 from .tables import PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows, functional_table, key_counts
-from .state import Moments, check_nonneg, check_positive, check_prob, check_size, ratio
+from .state import Moments, check_nonneg, check_positive, check_prob, check_size, ratio, replace
 
 
 @lru_cache(maxsize=64)
@@ -178,20 +178,28 @@ class Attention:
         return (1 + 2 / self.d) * (1 + 2 / self.d_k) * (1 + v_x) - 1
 
     def _setup(self, m: Moments) -> _Setup:
-        check_positive("var (input of Attention)", m.var)
-        if m.corr < 0:
-            raise NotImplementedError(f"attention moments are derived for corr >= 0 (got corr={m.corr})")
+        return self.setup(m, m)
+
+    def setup(self, m_q: Moments, m_kv: Moments) -> _Setup:
+        """Everything the maps need: the key side (tokens whose logits and values are mixed, ``m_kv``) gives
+        s², m₂ and, with the query side (``m_q``), β̄² = s²|u|²; |u|², ρ and κ come from the query side alone
+        (u_i = W_kᵀW_q x_i/τ). Self-attention passes the same moments twice; `CrossAttention` two streams."""
+        for side, m in (("query", m_q), ("key", m_kv)):
+            check_positive(f"var (attention {side} input)", m.var)
+            if m.corr < 0:
+                raise NotImplementedError(f"attention moments are derived for corr >= 0 (got corr={m.corr})")
         d, dk = self.d, self.d_k
         tau2 = self.tau0 ** 2 * d * dk if self.shaped else dk
-        x2, m2, s2 = m.mean ** 2 + m.var, m.mean ** 2 + m.corr * m.var, (1 - m.corr) * m.var
-        u2 = self.q_var * self.k_var * d * d * dk * x2 / tau2
-        rho = m2 / x2
+        m2, s2 = m_kv.mean ** 2 + m_kv.corr * m_kv.var, (1 - m_kv.corr) * m_kv.var
+        xq2, mq2 = m_q.mean ** 2 + m_q.var, m_q.mean ** 2 + m_q.corr * m_q.var
+        u2 = self.q_var * self.k_var * d * d * dk * xq2 / tau2
+        rho = mq2 / xq2
         if self.L == math.inf:
             if self.causal:
                 raise NotImplementedError("causal attention has no L → ∞ limit here; give a finite L")
             rows, pairs = _limit_functionals(s2 * u2, rho)
         else:
-            rows, pairs = _functionals(s2 * u2, self.kappa(m), rho, 1 / (1 / dk + 2 / d), int(self.L), self.causal,
+            rows, pairs = _functionals(s2 * u2, self.kappa(m_q), rho, 1 / (1 / dk + 2 / d), int(self.L), self.causal,
                                        self.exact)
         return _Setup(s2, m2, u2, rho, rows, pairs)
 
@@ -209,7 +217,10 @@ class Attention:
         return c2, rs, cs, rc, cc
 
     def _mix_fwd(self, m: Moments) -> Moments:
-        st = self._setup(m)
+        return self.mix_fwd(self._setup(m), m)
+
+    def mix_fwd(self, st: _Setup, m: Moments) -> Moments:
+        """``m`` with the mixing step's output (mean, var, corr) for the prepared inputs ``st`` (`setup`)."""
         c2, rs, cs, rc, cc = self._forward(st)
         g1, g2 = self._gammas()
         d = self.d
@@ -228,20 +239,51 @@ class Attention:
         if self.L == math.inf:
             raise NotImplementedError("attention backward has no L → ∞ form here; give a finite L")
         st = self._setup(m_in)
+        q_var, q_cov = self.query_path(st, g)
+        k_var, k_cov = self.key_path(st, g, self.L)
+        return self.value_path(st, g, self.L), (q_var + k_var, q_cov + k_cov)
+
+    def value_path(self, st: _Setup, g: Moments, n_q: int) -> tuple[float, float]:
+        """(variance, covariance) over keys of the V-path gradient W_vᵀ Σ_i a_ij g_i, with ``n_q`` queries
+        reading the L keys (self-attention: n_q = L)."""
         c2, rs, cs, rc, _ = self._forward(st)
         g1, g2 = self._gammas()
-        d, dk, h, L, r = self.d, self.d_k, self.n_heads, self.L, st.rows
-        sg, rg = g.grad_var, g.grad_corr
-        v_var = self.v_var * d * sg * (rs + rg * (L - 1) * rc)
-        v_cov = self.v_var * d * sg / (L - 1) * (c2 - rs + rg * (L - 1) * ((g1 - g2 + 1) ** 2 - rc))
-        lam = self.v_var * sg * d * dk * (st.s2 + self.p * st.m2) / (1 - self.p)
+        d, L, sg, rg, share = self.d, self.L, g.grad_var, g.grad_corr, n_q / self.L
+        v_var = self.v_var * d * sg * share * (rs + rg * (n_q - 1) * rc)
+        off = rg * (n_q - 1) * ((g1 - g2 + 1) ** 2 - rc)
+        v_cov = self.v_var * d * sg * share / (L - 1) * (c2 - rs + off)
+        return v_var, v_cov
+
+    def _lam(self, st: _Setup, g: Moments) -> float:
+        """λ: variance of g_i·V_l across keys, η² = s²σ_v²σ_g² d d_k, with the masked common part, over (1−p)."""
+        return self.v_var * g.grad_var * self.d * self.d_k * (st.s2 + self.p * st.m2) / (1 - self.p)
+
+    def query_path(self, st: _Setup, g: Moments, value_trace: bool = False) -> tuple[float, float]:
+        """(variance, covariance) over queries of the Q-path gradient W_qᵀW_k Σ_l dY_il x_l/τ.
+
+        ``value_trace``: add to the covariance the two queries' coupling along their value-gradient
+        directions W_vᵀg_i (cosine r_g), E[tr Q_S tr Q_S'] ≈ (1 − F2)², the pair analogue of the variance's
+        E(1 − ΣS²)² term; O(n/d) of the covariance (`CrossAttention` uses it; self-attention's Q-path
+        covariance, a small part of its total, is kept as it was)."""
+        d, dk, h, r = self.d, self.d_k, self.n_heads, st.rows
+        lam, rg = self._lam(st, g), g.grad_corr
         tau2 = self.tau0 ** 2 * d * dk if self.shaped else dk
         one = 1 - 2 * r["F2"] + r["F22"]
         q_rows = (1 - 1 / d) * (d * r["Bz"] + (dk - 1) * (d * r["B"] + one + r["Bz"])) + dk * r["Bz"]
         q_var = h * self.q_var * self.k_var * st.s2 * lam / tau2 * q_rows
         q_cov = h * self.q_var * self.k_var * dk / tau2 * st.s2 * d * lam * rg * st.pairs["CK"]
-        k_var = h * lam * st.u2 / d * (r["wB"] + rg * (L - 1) * st.pairs["wrCK"])
-        return (v_var, v_cov), (q_var + k_var, q_cov - k_var / (L - 1))
+        if value_trace:
+            q_cov += h * self.q_var * self.k_var * dk / tau2 * st.s2 * lam * rg * (1 - r["F2"]) ** 2
+        return q_var, q_cov
+
+    def key_path(self, st: _Setup, g: Moments, n_q: int) -> tuple[float, float]:
+        """(variance, covariance) over keys of the K-path gradient Σ_i dY_ij u_i (``n_q`` queries); the
+        covariance is −var/(L−1) exactly, since Σ_j dY_ij = 0."""
+        L, rg = self.L, g.grad_corr
+        share = n_q / L
+        pairs = rg * (n_q - 1) * st.pairs["wrCK"]
+        k_var = self.n_heads * self._lam(st, g) * st.u2 / self.d * share * (st.rows["wB"] + pairs)
+        return k_var, -k_var / (L - 1)
 
     def fwd(self, m: Moments) -> Moments:
         return self.out_proj.fwd(self._mix_fwd(m))

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from .state import Moments, check_nonneg, check_size, ratio
+from .state import Moments, check_nonneg, check_size, ratio, replace
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -57,6 +57,49 @@ class Embedding:
     def fwd(self, m: Moments) -> Moments:
         n = len(self.collisions)
         return replace(m, mean=0.0, var=n * self.var, corr=ratio(self.var * sum(self.collisions), n * self.var))
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
+
+
+@dataclass(frozen=True)
+class PatchEmbedding:
+    """ViT input: tokens [cls + E_pos[0]; W_p·patch_j + E_pos[j]], j = 1..``n_patches``, T = 1 + n_patches.
+
+    Pixels i.i.d. N(0, ``pixel_var``), patches disjoint; W_p (d × ``fan_in``, fan_in = C·p²) i.i.d.
+    N(0, ``patch_var``), class token N(0, ``cls_var``), position rows N(0, ``pos_var``), all independent
+    (a patch bias is zero at init). Per token and feature the mean is 0 and
+        Var(cls token) = σ_cls² + σ_pos²,   Var(patch token) = fan_in σ_p² σ_px² + σ_pos²,
+    and every pair of different tokens is uncorrelated (distinct position rows, independent patches,
+    cls independent of W_p). The cls token is the one token that differs from the others, so the tokens are
+    not exchangeable; the state is the token average `measure` records (it pools all tokens):
+        σ'² = (Var(cls) + n_patches Var(patch))/T,   r' = 0.
+    Downstream maps then treat the cls token like the others, an O(1/T) error in the forward averages
+    (none when the two variances agree, as under DSLM). A source, like `Embedding`: ``fwd`` ignores its
+    input, ``bwd`` passes the gradient moments through.
+    """
+
+    patch_var: float
+    fan_in: int
+    pos_var: float
+    cls_var: float
+    n_patches: int
+    pixel_var: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("patch_var", "pos_var", "cls_var", "pixel_var"):
+            check_nonneg(name, getattr(self, name))
+        check_size("fan_in", self.fan_in)
+        check_size("n_patches", self.n_patches)
+
+    @property
+    def token_vars(self) -> tuple[float, float]:
+        """(variance of the cls token, variance of a patch token)."""
+        return self.cls_var + self.pos_var, self.fan_in * self.patch_var * self.pixel_var + self.pos_var
+
+    def fwd(self, m: Moments) -> Moments:
+        cls, patch = self.token_vars
+        return replace(m, mean=0.0, var=(cls + self.n_patches * patch) / (1 + self.n_patches), corr=0.0)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)

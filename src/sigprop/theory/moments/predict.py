@@ -7,8 +7,21 @@ collision probability, position table) → dropout → sublayers → final norm 
 logits. Backward: starts from ∂loss/∂logits with unit variance and no token correlation, as
 `sigprop.diagnostics.measure`'s default loss produces.
   pre:  x ← α x + β D(f(N(x)));  post: x ← N(α x + β D(f(x))) (`PostNormResidual`);  none: x ← α x + β D(f(x)).
-Covered: ``decoder`` and ``encoder``. Cross-attention (``encdec``) and patch embeddings
-(``vit``) have no derived map yet and raise NotImplementedError.
+Covered: every arch. ``encdec``: the encoder chain on the source (ending with its final norm for
+Pre-LN) gives the memory; the decoder chain on the target has (causal self-attention, cross-attention
+reading the memory (`QueryView`), MLP) per layer and its own final norm and head; backward through the
+decoder, then the memory gradient summed over the cross sublayers (`memory_gradient`: independent W_v, W_k,
+so variances and covariances add), then through the encoder from it. The causal Post-LN per-position
+backward (`causal`) is not used for encdec: its decoder takes the exchangeable maps. ``vit``: stack "enc"
+over T = 1 + (image/patch)² tokens from `PatchEmbedding`, head Linear(d, n_classes) on the class token only
+(`ClassToken`), so the stack output's gradient sits on token 0: token-averaged variance n_classes σ_head²/T,
+correlation 0. The exchangeable backward maps stay right for that position average in a bidirectional
+stack: the joint law of the Jacobians is invariant under token permutations, so the map G ↦ E[J G Jᵀ] of the
+per-feature gradient covariance commutes with them, and the average diagonal and off-diagonal of the
+result depend on G only through tr G and the sum of its off-diagonal — which G = σ²e₀e₀ᵀ shares with the
+exchangeable (σ²/T) I. The class token breaks the invariance (its forward variance differs): exact when its
+variance equals the patch tokens' (DSLM), 27% median gradient error when it is 15× smaller (Xavier-like
+init: its Pre-LN norms amplify the gradient it alone carries).
 
 Cost: each attention map evaluates the tabulated softmax functionals (`tables`), ~0.5 ms per
 sublayer; the first call per (seq_len, causal) builds the table (~0.5 s at L = 128).
@@ -21,20 +34,22 @@ backward per position (`causal`), which follows the standard Post-LN decoder's f
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...records import Record
 from .attention import Attention
-from .blocks import ffn_block, serial
+from .blocks import Serial, ffn_block, serial
 from .causal import position_trace
+from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
-from .embedding import Embedding, zipf_collision_probability
+from .embedding import Embedding, PatchEmbedding, zipf_collision_probability
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, ReLU, ShapedReLU
 from .postnorm import PostNormResidual
 from .residual import Residual
-from .state import Component, Moments
+from .state import Component, Moments, ratio, replace
 
 Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
 COLLAPSED_CORR = 0.9    # a decoder whose token correlation reaches this takes the per-position backward (`causal`)
@@ -48,65 +63,184 @@ def _activation(kind: str, cfg: Any) -> Component:
     return ShapedReLU(cfg.d_model, cfg.c_plus, cfg.c_minus)
 
 
-def model_chain(cfg: Any, seq_len: int | None = None, token_collision: float | None = None
-                ) -> tuple[list[Label], list[Component]]:
+@dataclass(frozen=True)
+class ClassToken:
+    """The ViT head's read-out of token 0 of ``T``. Forward: the token's moments are taken as the exchangeable
+    state's. Backward: a gradient on one token of T has token-averaged variance σ_g²/T and no correlation."""
+
+    T: int
+
+    def fwd(self, m: Moments) -> Moments:
+        return m
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        return replace(m_in, grad_var=g_out.grad_var / self.T, grad_corr=0.0)
+
+
+class _Builder:
+    """Moment maps of one `ModelConfig`, each from the scheme's own ``std``/``residual`` (as the model's init)."""
+
+    def __init__(self, cfg: Any, seq_len: int | None, token_collision: float | None) -> None:
+        from ...schemes import ParamInfo, get_scheme      # schemes sit above theory; imported lazily
+
+        self.cfg, self.scheme, self.info = cfg, get_scheme(cfg.scheme), ParamInfo
+        self.L = seq_len or cfg.max_seq_len
+        self.d, self.p = cfg.d_model, cfg.dropout
+        self.centered = cfg.norm_type == "layernorm"
+        self.norm = LayerNorm(self.d) if self.centered else RMSNorm(self.d)
+        self.placement = {"preln": "pre", "postln": "post", "none": "none"}[cfg.norm]
+        self.act = _activation(self.scheme.activation(cfg), cfg)
+        self.collision = zipf_collision_probability(cfg.vocab_size) if token_collision is None else token_collision
+
+    def var(self, role: str, stack: str | None, layer: int | None, shape: tuple[int, ...]) -> float:
+        return self.scheme.std(self.cfg, self.info(role, stack, layer, shape)) ** 2
+
+    def tokens(self, recorded: bool) -> tuple[list[Label], list[Component]]:
+        """Token + position tables (``token_collision``), then dropout."""
+        emb = Embedding(self.var("embed", None, None, (self.cfg.vocab_size, self.d)), (self.collision, 0.0))
+        return [(0, "embed") if recorded else None, None], [emb, Dropout(self.p)]
+
+    def patches(self) -> tuple[list[Label], list[Component]]:
+        """ViT patch embedding (N(0, 1) pixels), then dropout."""
+        cfg, d = self.cfg, self.d
+        n, fan_in = (cfg.image_size // cfg.patch_size) ** 2, cfg.in_channels * cfg.patch_size ** 2
+        emb = PatchEmbedding(self.var("patch", None, None, (d, fan_in)), fan_in,
+                             self.var("pos", None, None, (1, n + 1, d)), self.var("cls", None, None, (1, 1, d)), n)
+        return [(0, "embed"), None], [emb, Dropout(self.p)]
+
+    def stack(self, name: str, n_layers: int, L: int, causal: bool, memory: Moments | None = None
+              ) -> tuple[list[Label], list[Component]]:
+        """One sublayer map per residual site of ``Stack(name)``, in order, plus the final norm (Pre-LN);
+        with ``memory`` each block has a cross-attention sublayer reading it (S = seq_len keys)."""
+        from ...schemes import Site
+
+        cfg, d, p, scheme = self.cfg, self.d, self.p, self.scheme
+        shaped = scheme.attention == "shaped"
+        kinds = ("attn", "cross", "mlp") if memory is not None else ("attn", "mlp")
+
+        def var(role: str, layer: int, shape: tuple[int, int]) -> float:
+            return self.var(role, name, layer, shape)
+
+        def branch(kind: str, layer: int) -> list[Component]:
+            qkvo = [var(r, layer, (d, d)) for r in ("q", "k", "v", "o")]
+            if shaped and cfg.qk_scaling == "init":      # τ² = τ₀²d_k, not the maps' τ₀²d·d_k: the maps read the
+                qkvo[0] *= d                             # logit scale only through q_var·k_var/τ²
+            if kind == "attn":
+                return [Attention(d, cfg.n_heads, L, *qkvo, causal=causal, shaped=shaped, tau0=cfg.tau0), Dropout(p)]
+            if kind == "cross":
+                return [QueryView(CrossAttention(d, cfg.n_heads, L, self.L, *qkvo, shaped=shaped, tau0=cfg.tau0),
+                                  memory), Dropout(p)]
+            return list(ffn_block(d, cfg.d_ff, var("ffn_in", layer, (cfg.d_ff, d)),
+                                  var("ffn_out", layer, (d, cfg.d_ff)), self.act, p).components)
+
+        def sublayer(kind: str, layer: int) -> Component:
+            alpha, beta = scheme.residual(cfg, Site(name, layer, kind))
+            f = branch(kind, layer)
+            if self.placement == "pre":
+                return Residual(alpha, beta, serial(self.norm, *f))
+            if self.placement == "post":
+                last = (layer, kind) == (n_layers - 1, "mlp")   # its gradient comes from a random linear map
+                return PostNormResidual(alpha, beta, serial(*f), d, self.centered,
+                                        normalized_input=(layer, kind) != (0, "attn"),
+                                        upstream_align=(2.0 if self.centered else 1.0) if last else 0.0)
+            return Residual(alpha, beta, serial(*f))
+
+        labels: list[Label] = []
+        chain: list[Component] = []
+        for layer in range(n_layers):
+            for kind in kinds:
+                labels.append((layer + 1, kind))
+                chain.append(sublayer(kind, layer))
+        if self.placement == "pre":
+            labels.append(None)
+            chain.append(self.norm)
+        return labels, chain
+
+    def lm_head(self) -> tuple[list[Label], list[Component]]:
+        """Tied, scaled logits."""
+        emb_var = self.var("embed", None, None, (self.cfg.vocab_size, self.d))
+        return [None], [Linear(self.d, self.cfg.vocab_size, self.scheme.logit_scale(self.cfg) ** 2 * emb_var)]
+
+
+def _join(*parts: tuple[list[Label], list[Component]]) -> tuple[list[Label], list[Component]]:
+    return [lab for labels, _ in parts for lab in labels], [c for _, chain in parts for c in chain]
+
+
+def model_chain(cfg: Any, seq_len: int | None = None, token_collision: float | None = None,
+                memory: Moments | None = None) -> tuple[list[Label], list[Component]]:
     """The model as a chain of moment maps, and the record label of each map's output.
 
-    seq_len: tokens per sequence (default ``cfg.max_seq_len``). token_collision: P(two positions
-    hold the same token); default the Zipf law over ``cfg.vocab_size`` (natural text); use
-    1/vocab_size for uniformly random tokens.
+    seq_len: tokens per sequence (default ``cfg.max_seq_len``; source and target length for ``encdec``;
+    unused by ``vit``, whose T = 1 + (image_size/patch_size)²). token_collision: P(two positions hold the
+    same token); default the Zipf law over ``cfg.vocab_size`` (natural text); use 1/vocab_size for uniformly
+    random tokens. For ``encdec`` this is the decoder (target embedding, not recorded, to logits), whose
+    cross-attention sublayers read a memory with moments ``memory`` (the output of `encoder_chain`).
     """
-    from ...schemes import ParamInfo, Site, get_scheme      # schemes sit above theory; imported lazily
+    b = _Builder(cfg, seq_len, token_collision)
+    if cfg.arch == "vit":
+        T = 1 + (cfg.image_size // cfg.patch_size) ** 2
+        head = Linear(cfg.d_model, cfg.n_classes, b.var("head", None, None, (cfg.n_classes, cfg.d_model)))
+        return _join(b.patches(), b.stack("enc", cfg.n_layers, T, False), ([None, None], [ClassToken(T), head]))
+    if cfg.arch == "encdec":
+        if memory is None:
+            raise ValueError("model_chain of an encdec is its decoder: give the memory moments (encoder_chain's output)")
+        return _join(b.tokens(False), b.stack("dec", cfg.n_dec_layers, b.L, True, memory), b.lm_head())
+    decoder = cfg.arch == "decoder"
+    return _join(b.tokens(True), b.stack("dec" if decoder else "enc", cfg.n_layers, b.L, decoder), b.lm_head())
 
-    if cfg.arch not in ("decoder", "encoder"):
-        missing = "cross-attention" if cfg.arch == "encdec" else "patch-embedding"
-        raise NotImplementedError(f"moments.predict covers arch 'decoder' and 'encoder'; {cfg.arch!r} needs a "
-                                  f"{missing} moment map that is not derived yet")
-    scheme = get_scheme(cfg.scheme)
-    stack, causal = ("dec", True) if cfg.arch == "decoder" else ("enc", False)
-    L = seq_len or cfg.max_seq_len
-    d, p, centered = cfg.d_model, cfg.dropout, cfg.norm_type == "layernorm"
-    norm = LayerNorm(d) if centered else RMSNorm(d)
-    placement = {"preln": "pre", "postln": "post", "none": "none"}[cfg.norm]
-    emb_var = scheme.std(cfg, ParamInfo("embed", None, None, (cfg.vocab_size, d))) ** 2
-    collision = zipf_collision_probability(cfg.vocab_size) if token_collision is None else token_collision
 
-    def var(role: str, layer: int, shape: tuple[int, int]) -> float:
-        return scheme.std(cfg, ParamInfo(role, stack, layer, shape)) ** 2
+def encoder_chain(cfg: Any, seq_len: int | None = None, token_collision: float | None = None
+                  ) -> tuple[list[Label], list[Component]]:
+    """The encoder of an ``encdec`` (source embedding to the final norm's output, the memory), as `model_chain`."""
+    b = _Builder(cfg, seq_len, token_collision)
+    return _join(b.tokens(True), b.stack("enc", cfg.n_layers, b.L, False))
 
-    act = _activation(scheme.activation(cfg), cfg)
 
-    def branch(kind: str, layer: int) -> list[Component]:
-        if kind == "attn":
-            return [Attention(d, cfg.n_heads, L, var("q", layer, (d, d)), var("k", layer, (d, d)),
-                              var("v", layer, (d, d)), var("o", layer, (d, d)), causal=causal,
-                              shaped=scheme.attention == "shaped", tau0=cfg.tau0), Dropout(p)]
-        return list(ffn_block(d, cfg.d_ff, var("ffn_in", layer, (cfg.d_ff, d)),
-                              var("ffn_out", layer, (d, cfg.d_ff)), act, p).components)
+def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | None:
+    """Gradient moments a decoder sublayer ``sub`` (input ``m_in``, output gradient ``g_out``) sends to the
+    memory: None unless its branch holds a `QueryView`. The branch up to the view gives the queries; the
+    same branch with the view turned to the memory (`MemoryView`), behind the residual weight β (and the
+    Post-LN norm's gradient gains), gives the memory's gradient."""
+    if not isinstance(sub, (Residual, PostNormResidual)):
+        return None
+    post = isinstance(sub, PostNormResidual)
+    parts = sub.branch.components if isinstance(sub.branch, Serial) else (sub.branch,)
+    views = [i for i, c in enumerate(parts) if isinstance(c, QueryView)]
+    if not views:
+        return None
+    i = views[0]
+    view = parts[i]
+    query = serial(*parts[:i]).fwd(m_in) if i else m_in
+    if post:
+        f = sub.branch.fwd(m_in)
+        on, off = sub.grad_gains(m_in, f.var, f.corr)
+        var = g_out.grad_var * on
+        g_out = replace(g_out, grad_var=var, grad_corr=ratio(g_out.grad_cov * off, var))
+    to_memory = serial(MemoryView(view.attention, query), *parts[i + 1:])
+    return Residual(0.0, sub.beta, to_memory).bwd(view.memory, g_out)
 
-    def sublayer(kind: str, layer: int) -> Component:
-        alpha, beta = scheme.residual(cfg, Site(stack, layer, kind))
-        f = branch(kind, layer)
-        if placement == "pre":
-            return Residual(alpha, beta, serial(norm, *f))
-        if placement == "post":
-            last = (layer, kind) == (cfg.n_layers - 1, "mlp")        # its gradient comes from the head
-            return PostNormResidual(alpha, beta, serial(*f), d, centered, normalized_input=(layer, kind) != (0, "attn"),
-                                    upstream_align=(2.0 if centered else 1.0) if last else 0.0)
-        return Residual(alpha, beta, serial(*f))
 
-    labels: list[Label] = [(0, "embed"), None]
-    chain: list[Component] = [Embedding(emb_var, (collision, 0.0)), Dropout(p)]
-    for layer in range(cfg.n_layers):
-        for kind in ("attn", "mlp"):
-            labels.append((layer + 1, kind))
-            chain.append(sublayer(kind, layer))
-    if placement == "pre":
-        labels.append(None)
-        chain.append(norm)
-    labels.append(None)
-    chain.append(Linear(d, cfg.vocab_size, scheme.logit_scale(cfg) ** 2 * emb_var))
-    return labels, chain
+def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Record]:
+    return [Record(layer=lab[0], sublayer=lab[1], stack=stack, source="predicted", fwd_mean=m.mean,
+                   fwd_var=m.var, token_corr=m.corr, grad_var=m.grad_var)
+            for lab, m in zip(labels, states[1:]) if lab is not None]
+
+
+def _predict_encdec(cfg: Any, seq_len: int | None, token_collision: float | None, m_in: Moments,
+                    g_out: Moments) -> list[Record]:
+    """Encoder forward → memory; decoder forward and backward; the memory gradient summed over the cross
+    sublayers (independent W_v, W_k: variances and covariances add); encoder backward from it."""
+    enc_labels, enc_chain = encoder_chain(cfg, seq_len, token_collision)
+    memory = serial(*enc_chain).fwd(m_in)
+    dec_labels, dec_chain = model_chain(cfg, seq_len, token_collision, memory)
+    dec = serial(*dec_chain).trace(m_in, g_out)
+    var = cov = 0.0
+    for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
+        gm = memory_gradient(sub, m, g)
+        if gm is not None:
+            var, cov = var + gm.grad_var, cov + gm.grad_cov
+    enc = serial(*enc_chain).trace(m_in, replace(memory, grad_var=var, grad_corr=ratio(cov, var)))
+    return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
 
 
 def predict(cfg: Any, seq_len: int | None = None, token_collision: float | None = None) -> list[Record]:
@@ -116,15 +250,16 @@ def predict(cfg: Any, seq_len: int | None = None, token_collision: float | None 
     backward with one gradient covariance per pair of positions; other models with the exchangeable maps.
     Pre-LN stays exchangeable: its stream gradient is carried by the identity path, which does not mix
     positions, and the per-position trace over-predicts its embedding-output point (964 vs 172 measured,
-    exchangeable 150) while the other points agree either way."""
+    exchangeable 150) while the other points agree either way. An ``encdec`` gives the encoder's records
+    (stack "enc", embedding = the source's) then the decoder's ("dec"), as `measure` orders them."""
+    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+    if cfg.arch == "encdec":
+        return _predict_encdec(cfg, seq_len, token_collision, m_in, g_out)
     labels, chain = model_chain(cfg, seq_len, token_collision)
     stack = "dec" if cfg.arch == "decoder" else "enc"
-    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
     states = serial(*chain).trace(m_in)
     if cfg.arch == "decoder" and cfg.norm == "postln" and max(m.corr for m in states) >= COLLAPSED_CORR:
         states = position_trace(chain, states, g_out, seq_len or cfg.max_seq_len)
     else:
         states = serial(*chain).trace(m_in, g_out)
-    return [Record(layer=lab[0], sublayer=lab[1], stack=stack, source="predicted", fwd_mean=m.mean,
-                   fwd_var=m.var, token_corr=m.corr, grad_var=m.grad_var)
-            for lab, m in zip(labels, states[1:]) if lab is not None]
+    return _records(labels, states, stack)
