@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.theory.moments import Attention, Moments
+from sigprop.theory.moments import Attention, Dropout, Moments, PostNormResidual, serial
 from sigprop.theory.moments.causal import position_bwd
+from sigprop.theory.moments.postnorm import VO_KURTOSIS
 
 D, H, L, N = 32, 2, 8, 3000
 
@@ -51,3 +52,44 @@ def test_position_backward_matches_monte_carlo(r: float, profile: str) -> None:
     emp, se = simulate(r, g_var)
     tol = 4 * se + 0.05 * emp
     assert np.all(np.abs(pred - emp) < tol), (pred / emp - 1, se / emp)
+
+
+def simulate_postnorm(r: float, n: int = 16000, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """y = LN(x + Attention(x)) on LayerNorm-ed tokens (corr r), upstream gradient per token ⊥ {1, y_i} (as a
+    next Post-LN sublayer sends it) with unit variance per feature: per-position mean and s.e. of g_x²."""
+    gen = torch.Generator().manual_seed(seed)
+    dk = D // H
+    ln = lambda t: torch.nn.functional.layer_norm(t, (D,))
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    x = ln(r ** 0.5 * randn(n, 1, D) + (1 - r) ** 0.5 * randn(n, L, D)).requires_grad_(True)
+    wq, wk, wv, wo = (randn(n, D, D) * D ** -0.5 for _ in range(4))
+    split = lambda t: t.view(n, L, H, dk).transpose(1, 2)
+    logits = split(x @ wq) @ split(x @ wk).transpose(-1, -2) / dk ** 0.5
+    logits = logits.masked_fill(torch.triu(torch.ones(L, L, dtype=torch.bool), 1), float("-inf"))
+    y = ln(x + (logits.softmax(-1) @ split(x @ wv)).transpose(1, 2).reshape(n, L, D) @ wo)
+    g, yd = randn(n, L, D), y.detach()
+    g = g - g.mean(-1, keepdim=True)
+    g = (g - (g * yd).sum(-1, keepdim=True) * yd / (yd * yd).sum(-1, keepdim=True)) * (D / (D - 2)) ** 0.5
+    (y * g).sum().backward()
+    per = (x.grad ** 2).mean(-1).numpy()
+    return per.mean(0), per.std(0, ddof=1) / np.sqrt(n)
+
+
+def test_first_token_radial_constraint_in_a_postnorm_sublayer() -> None:
+    """The first token's attention branch is x W_v W_o (it sees only itself), so its gradient carries the
+    radial factor 1 − δ/(d − 2) of `PostNormResidual.radial_factor` (4% at d = 32): the prediction matches
+    Monte Carlo within 3 s.e. + 1% (16000 samples), and the uncorrected one does not."""
+    att = Attention(D, H, L, 1 / D, 1 / D, 1 / D, 1 / D, causal=True)
+    post = PostNormResidual(1.0, 1.0, serial(att, Dropout(0.0)), D)
+    m = Moments(0.0, 1.0, 0.99)
+    pred = np.diag(position_bwd(post, m, np.eye(L)))
+    emp, se = simulate_postnorm(0.99)
+    radial = post.radial_factor(m, post.branch.fwd(m).var, 0.99, VO_KURTOSIS)[0]
+    assert radial < 0.97
+    tol = 3 * se[0] + 0.01 * emp[0]
+    assert abs(pred[0] - emp[0]) < tol, (pred[0] / emp[0] - 1, se[0] / emp[0])
+    assert abs(pred[0] / radial - emp[0]) > tol, (pred[0] / radial / emp[0] - 1)
+    assert np.all(np.abs(pred[1:] - emp[1:]) < 4 * se[1:] + 0.05 * emp[1:]), pred[1:] / emp[1:] - 1

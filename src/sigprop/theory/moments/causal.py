@@ -32,6 +32,10 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
   tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
   forward of a row with n_i keys; f̄, F̄2 the row averages).
+  The radial constraint (`postnorm` module docstring): after a homogeneous FFN branch both factors of
+  `PostNormResidual.radial_factor`; after an attention branch the coherent value path's matrices, Mᵀ G_z M
+  × (1 − δ_V/(k − 1)) and −αβκ(G_z M + (G_z M)ᵀ), which on the first token (M₀₀ = 1) are its exact
+  single-token factor (x W_v W_o is homogeneous there).
 * Residual: G' = α² G + β² branch(G); Serial: the maps in reverse order.
 """
 from __future__ import annotations
@@ -42,7 +46,7 @@ import numpy as np
 
 from .attention import Attention, gamma_nodes
 from .blocks import Serial, serial
-from .postnorm import PostNormResidual
+from .postnorm import VO_KURTOSIS, PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .softmax import row_functionals
 from .state import Component, Moments, replace
@@ -104,7 +108,9 @@ def _scalar(G: np.ndarray, m: Moments) -> Moments:
     return replace(m, grad_var=var, grad_corr=0.0 if var == 0 else max(-1.0, min(1.0, cov / var)))
 
 
-def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
+def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """G at the input of causal attention, and G_o M (G_o: the gradient at the mix's output, after the output
+    projection's backward; the V path's coherent part Mᵀ G_o M carries the factor ``coherent``)."""
     if not att.causal:
         raise NotImplementedError("the per-position backward is derived for causal attention only")
     f = att._mix_fwd(m)
@@ -118,24 +124,23 @@ def _attention(att: Attention, m: Moments, G: np.ndarray) -> np.ndarray:
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
     tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
-    idx = np.arange(len(G))
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
-    rows[idx, idx] = tail_on
-    v_path = att.d * att.v_var * (mgm + rows)
+    rows.flat[::len(G) + 1] = tail_on
+    v_path = att.d * att.v_var * (coherent * mgm + rows)
     _, (qk_var, qk_cov) = att.mix_bwd_paths(m, _scalar(G, f))
     sbar = float(np.mean(gii))
     if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
-        return v_path
+        return v_path, gm
     q_diag = qk_var * len(G) * gii * b / (sbar * b.sum())     # ∝ G_ii B(n_i); qk_var on average if G_ii ∝ 1
     q = np.sqrt(q_diag / qk_var)
     qk = qk_cov * np.outer(q, q)
-    qk[idx, idx] = q_diag
-    return v_path + qk
+    qk.flat[::len(G) + 1] = q_diag
+    return v_path + qk, gm
 
 
-def _postnorm_factors(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
-    """Diagonal and off-diagonal gradient factors of the norm (module docstring): per position after an
-    attention branch, scalars after a tokenwise one; ``f`` is the branch output on input ``m``."""
+def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """The norm's diagonal and off-diagonal gradient factors (module docstring): per position after an
+    attention branch, scalars after a tokenwise one; ``f``: the branch output."""
     att = c.branch.components[0] if isinstance(c.branch, Serial) else c.branch
     fvar: np.ndarray | float = f.var
     if isinstance(att, Attention):
@@ -144,6 +149,15 @@ def _postnorm_factors(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.n
         fvar = f.var * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
     on, off = c.grad_gains(m, fvar, f.corr)
     return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
+
+
+def _postnorm_attention(c: PostNormResidual, att: Attention, m: Moments, Gz: np.ndarray) -> np.ndarray:
+    """α²G_z + β²·attention(G_z) with the radial constraint on the coherent value path (module docstring):
+    its Mᵀ G_z M part × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ)."""
+    eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
+    branch, gm = _attention(att, m, Gz, 1 - eps_v)
+    gzm = gm / (att.d * att.o_var)
+    return c.alpha ** 2 * Gz + c.beta ** 2 * branch - c.alpha * c.beta * kappa * (gzm + gzm.T)
 
 
 def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray) -> np.ndarray:
@@ -170,10 +184,15 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
     if isinstance(c, PostNormResidual):
         parts = c.branch.components if isinstance(c.branch, Serial) else (c.branch,)
         states = serial(*parts).trace(m_in)
-        Gz = _gains(G, *_postnorm_factors(c, m_in, states[-1]))
-        return c.alpha ** 2 * Gz + c.beta ** 2 * _serial_bwd(parts, states, Gz)
+        Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
+        if (att := coherent_attention(c.branch)) is not None:
+            return _postnorm_attention(c, att, m_in, Gz)
+        out = c.alpha ** 2 * Gz + c.beta ** 2 * _serial_bwd(parts, states, Gz)
+        if (eta := homogeneous_kurtosis(c.branch)) is not None:
+            out = _gains(out, *c.radial_factor(m_in, states[-1].var, states[-1].corr, eta))
+        return out
     if isinstance(c, Attention):
-        return _attention(c, m_in, G)
+        return _attention(c, m_in, G)[0]
     return _gains(G, *_tokenwise_gains(c, m_in))
 
 
