@@ -115,25 +115,29 @@ def correlated_tokens(batch: int, seq: int, d: int, r: float, gen: torch.Generat
 
 
 @pytest.mark.parametrize("arch, r0, sublayer", [("encoder", 0.4, "attn"), ("encoder", 0.4, "mlp"),
-                                                ("decoder", None, "attn"), ("decoder", None, "mlp")])
+                                                ("decoder", None, "attn"), ("decoder", None, "mlp"),
+                                                ("vit", None, "attn")])
 def test_dslm_blocks_have_unit_output_variance(arch, r0, sublayer):
     """DSLM's invariant, by Monte Carlo: a block fed unit-variance tokens with the correlation r_l
     the scheme predicts returns D(f(x)) with unit variance, for long-range correlated tokens in a
     bidirectional encoder and for the weakly correlated (Zipf) tokens of a causal decoder, where
-    the finite-length attention gain matters most. 12 independent models (weight draws)
+    the finite-length attention gain matters most, and for the first block of a ViT fed what N(0, 1)
+    images give it: uncorrelated tokens, 1 + (image/patch)² of them (not max_seq_len, not the Zipf
+    correlation of text). 12 independent models (weight draws)
     give the spread (finite width makes each draw fluctuate by ~5%); the mean must be 1 ± 5%, with
     a standard error under 2% so the check can decide (5% ≥ 2.5 standard errors)."""
-    p, layer, seq = 0.1, 2, 128
+    p, seq = 0.1, 128
+    layer = 0 if arch == "vit" else 2
     gen = torch.Generator().manual_seed(0)
     estimates = []
     for seed in range(12):
         torch.manual_seed(seed)
         cfg = ModelConfig(arch=arch, scheme="dslm", d_model=256, n_heads=4, n_layers=6,
-                          max_seq_len=seq, dropout=p, dslm_r0=r0)
+                          max_seq_len=seq, dropout=p, dslm_r0=r0, image_size=16, patch_size=2)
         sub = getattr(build_model(cfg).double().stack.blocks[layer], sublayer)
         sub.train()
-        r = block_correlations(cfg, "enc" if arch == "encoder" else "dec")[layer]
-        x = correlated_tokens(16, seq, 256, r, gen)
+        r = 0.0 if arch == "vit" else block_correlations(cfg, "dec" if arch == "decoder" else "enc")[layer]
+        x = correlated_tokens(16, cfg.n_tokens, 256, r, gen)
         with torch.no_grad():
             y = sub.drop(sub.fn(x))
         estimates.append(y.var().item())

@@ -97,6 +97,12 @@ class ModelConfig:
                              f"(learn_residual=False), got {lam ** 2 + gam ** 2:.6g}")
 
     @property
+    def n_tokens(self) -> int:
+        """Tokens per sequence the stacks see at full length: 1 + (image_size/patch_size)² for vit (class token
+        and patches), else max_seq_len."""
+        return 1 + (self.image_size // self.patch_size) ** 2 if self.arch == "vit" else self.max_seq_len
+
+    @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 

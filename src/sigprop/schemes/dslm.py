@@ -15,7 +15,9 @@ the authors' √((1−p)/2)/d. G_l → r_l for long bidirectional sequences, the
 at finite (and causal) length G_l adds the token-specific part the authors' limit drops. r_l, the input token correlation of block l, follows the authors'
 recursion: r₀ = (1−p)·r_emb; attention block output correlation 1−p; FFN block output
 correlation (1−p)·κ(r) with κ the normalized activation kernel; residual mix r ← λ²r + β²r_f.
-r_emb = P(two positions hold the same token)/T under a Zipf unigram law (``dslm_r0`` overrides).
+r_emb = P(two positions hold the same token)/T under a Zipf unigram law, 0 for a ViT (patches of
+independent pixels; real images are correlated: set ``dslm_r0``), which also attends over its
+1 + (image/patch)² tokens rather than max_seq_len (`ModelConfig.n_tokens`).
 """
 from __future__ import annotations
 
@@ -73,7 +75,10 @@ def attention_gain(r: float, seq_len: int, causal: bool) -> float:
 def block_correlations(cfg: Any, stack: str) -> tuple[float, ...]:
     """Predicted input token correlation r_l of every block of ``stack`` (the authors' recursion)."""
     p = cfg.dropout
-    r = (cfg.dslm_r0 if cfg.dslm_r0 is not None else zipf_collision_probability(cfg.vocab_size) / 2) * (1 - p)
+    if cfg.dslm_r0 is not None:
+        r = cfg.dslm_r0 * (1 - p)
+    else:
+        r = 0.0 if cfg.arch == "vit" else zipf_collision_probability(cfg.vocab_size) / 2 * (1 - p)
     lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
     out = []
     for _ in range(stack_layers(cfg, stack)):
@@ -91,8 +96,8 @@ class DSLM(Scheme):
     def check(self, cfg: Any) -> None:
         if cfg.dslm_k <= 0:
             raise ValueError(f"ModelConfig.dslm_k must be > 0, got {cfg.dslm_k}")
-        if cfg.dslm_r0 is not None and not 0 < cfg.dslm_r0 <= 1:
-            raise ValueError(f"ModelConfig.dslm_r0 must be in (0, 1], got {cfg.dslm_r0}")
+        if cfg.dslm_r0 is not None and not 0 <= cfg.dslm_r0 <= 1:
+            raise ValueError(f"ModelConfig.dslm_r0 must be in [0, 1], got {cfg.dslm_r0}")
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:
         n_branches = stack_layers(cfg, site.stack) * sublayers_per_block(cfg, site.stack)
@@ -109,7 +114,7 @@ class DSLM(Scheme):
         if p.role in ("v", "o"):
             r = block_correlations(cfg, p.stack)[p.layer]
             causal = p.stack == "dec"
-            return math.sqrt(math.sqrt((1 - drop) / attention_gain(r, cfg.max_seq_len, causal)) / d)
+            return math.sqrt(math.sqrt((1 - drop) / attention_gain(r, cfg.n_tokens, causal)) / d)
         if p.role in ("ffn_in", "ffn_out"):
             m2 = second_moment(cfg.activation)
             if cfg.activation in HOMOGENEOUS:

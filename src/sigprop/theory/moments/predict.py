@@ -179,7 +179,7 @@ def model_chain(cfg: Any, seq_len: int | None = None, token_collision: float | N
     """
     b = _Builder(cfg, seq_len, token_collision)
     if cfg.arch == "vit":
-        T = 1 + (cfg.image_size // cfg.patch_size) ** 2
+        T = cfg.n_tokens
         head = Linear(cfg.d_model, cfg.n_classes, b.var("head", None, None, (cfg.n_classes, cfg.d_model)))
         return _join(b.patches(), b.stack("enc", cfg.n_layers, T, False), ([None, None], [ClassToken(T), head]))
     if cfg.arch == "encdec":
