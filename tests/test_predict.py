@@ -161,8 +161,8 @@ def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
                                   pytest.param("postln", marks=pytest.mark.xfail(strict=True, reason=(
                                       "too noisy to test with 48 networks (median error 6.3%, s.e. 17%: the per-network "
                                       "gradient of a collapsed Post-LN stack has log-std 1.2); measured on demand by "
-                                      "bench/postln_gradient.py: 11.5% against 1000 networks (s.e. 5.0%), 8.9% against "
-                                      "600 others — at the bar, with ~0.5% per FFN sublayer left (postnorm's docstring); "
+                                      "bench/postln_gradient.py: 11.5% against 1000 networks (s.e. 5.0%; 8.9% on their "
+                                      "first 600) — at the bar, ~0.5% per FFN sublayer left (postnorm's docstring); "
                                       "was 31% / 28% before the radial constraint and the coherent value path")))])
 def test_predicted_matches_measured(name: str) -> None:
     fwd, grad, pred = measured(name)

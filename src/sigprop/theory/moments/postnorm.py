@@ -26,7 +26,8 @@ S = d·(fraction of the incoming gradient along the mean and the token's own dir
 stack, 2 (centred; 1 for RMSNorm) for the last sublayer, whose gradient comes from the head. For
 Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²) (r(1 − (1−r²)/2d), (1 + 1/d)/σ²).
 Not modelled: the attention branch's departure from homogeneity (its input gradient keeps a component
-along x, so the upstream S of the FFN sublayer below it is not 0; ~0.5% per FFN sublayer at d = 128), and
+along x, so the FFN sublayer below it sees S > 0; worth one point of the depth-48 Post-LN decoder's median
+error, docs/moments.md §6, where an unexplained 0.4–0.7% per FFN sublayer remains), and
 for Gaussian x with a homogeneous branch the coupling |f|² ∝ |x|² of the stream and branch norms (Monte
 Carlo −2.1% at d = 64; in a model only the first sublayer sees Gaussian x, and its branch is attention).
 
