@@ -161,9 +161,10 @@ def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
                                   pytest.param("postln", marks=pytest.mark.xfail(strict=True, reason=(
                                       "too noisy to test with 48 networks (median error 6.3%, s.e. 17%: the per-network "
                                       "gradient of a collapsed Post-LN stack has log-std 1.2); measured on demand by "
-                                      "bench/postln_gradient.py: 11.5% against 1000 networks (s.e. 5.0%; 8.9% on their "
-                                      "first 600) — at the bar, ~0.5% per FFN sublayer left (postnorm's docstring); "
-                                      "was 31% / 28% before the radial constraint and the coherent value path")))])
+                                      "bench/postln_gradient.py: 11.5% against seeds 0–999 (s.e. 5.0%), 16.9% against "
+                                      "seeds 1000–1999 (s.e. 4.5%), with 0.4–0.7% per FFN sublayer unexplained "
+                                      "(docs/moments.md §6); was 31% before the radial constraint and the coherent "
+                                      "value path of theory.moments.postnorm")))])
 def test_predicted_matches_measured(name: str) -> None:
     fwd, grad, pred = measured(name)
     for field, samples in (("fwd_var", fwd), ("grad_var", grad)):
