@@ -69,10 +69,9 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
 @pytest.mark.parametrize("arch, name", [
     ("encdec", "preln"), ("encdec", "dslm-preln"),
     pytest.param("encdec", "postln", marks=_xfail(
-        "known gap: gradient median error 15.6% (s.e. 4.4%, 256 networks): the causal Post-LN decoder's bottom "
-        "layers are 20-38% low (position-dependent gradient; the per-position trace of `causal` is not wired for "
-        "encdec) and the encoder, fed by the cross-attention memory gradient, 8-18% low (as in the other encdec "
-        "configs, see docs/moments.md §6)")),
+        "known gap: gradient median error 17.4% (s.e. 4.4%, 256 networks): the encoder, fed by the "
+        "cross-attention memory gradient, is 15-21% low (as in every encdec config, docs/moments.md §6 (i)), and "
+        "the causal Post-LN decoder's bottom 11-25% low even with the per-position backward of `causal`")),
     pytest.param("vit", "preln", marks=_xfail(
         "known gap: gradient median error 27% (embedding 91%): the head's gradient lands on the class token alone, "
         "and under the Xavier-like init that token's forward variance (σ_cls² + σ_pos² = 2/d) is ~15x below a "

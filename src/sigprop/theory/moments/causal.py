@@ -40,6 +40,7 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import numpy as np
@@ -151,13 +152,25 @@ def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray |
     return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
 
 
-def _postnorm_attention(c: PostNormResidual, att: Attention, m: Moments, Gz: np.ndarray) -> np.ndarray:
-    """α²G_z + β²·attention(G_z) with the radial constraint on the coherent value path (module docstring):
-    its Mᵀ G_z M part × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ)."""
-    eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
-    branch, gm = _attention(att, m, Gz, 1 - eps_v)
-    gzm = gm / (att.d * att.o_var)
-    return c.alpha ** 2 * Gz + c.beta ** 2 * branch - c.alpha * c.beta * kappa * (gzm + gzm.T)
+def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """G at the input of the Post-LN sublayer ``c``, and the diagonal of its branch part β²·branch(G_z), the
+    part that is not mean-free (`position_trace` sets the next sublayer's S from it). After an attention
+    branch the coherent value path carries the radial constraint (module docstring): its Mᵀ G_z M part
+    × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ)."""
+    parts = c.branch.components if isinstance(c.branch, Serial) else (c.branch,)
+    states = serial(*parts).trace(m_in)
+    Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
+    if (att := coherent_attention(c.branch)) is not None:
+        eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
+        branch, gm = _attention(att, m_in, Gz, 1 - eps_v)
+        gzm = gm / (att.d * att.o_var)
+        out = c.alpha ** 2 * Gz + c.beta ** 2 * branch - c.alpha * c.beta * kappa * (gzm + gzm.T)
+        return out, c.beta ** 2 * np.diag(branch)
+    branch = _serial_bwd(parts, states, Gz)
+    out = c.alpha ** 2 * Gz + c.beta ** 2 * branch
+    if (eta := homogeneous_kurtosis(c.branch)) is not None:
+        out = _gains(out, *c.radial_factor(m_in, states[-1].var, states[-1].corr, eta))
+    return out, c.beta ** 2 * np.diag(branch)
 
 
 def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray) -> np.ndarray:
@@ -182,15 +195,7 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
     if isinstance(c, Residual):
         return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G)
     if isinstance(c, PostNormResidual):
-        parts = c.branch.components if isinstance(c.branch, Serial) else (c.branch,)
-        states = serial(*parts).trace(m_in)
-        Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
-        if (att := coherent_attention(c.branch)) is not None:
-            return _postnorm_attention(c, att, m_in, Gz)
-        out = c.alpha ** 2 * Gz + c.beta ** 2 * _serial_bwd(parts, states, Gz)
-        if (eta := homogeneous_kurtosis(c.branch)) is not None:
-            out = _gains(out, *c.radial_factor(m_in, states[-1].var, states[-1].corr, eta))
-        return out
+        return _postnorm_bwd(c, m_in, G)[0]
     if isinstance(c, Attention):
         return _attention(c, m_in, G)[0]
     return _gains(G, *_tokenwise_gains(c, m_in))
@@ -199,10 +204,19 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
 def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:
     """``states`` (the forward trace: input, then each component's output) with the gradient moments of
     the per-position backward: position-averaged variance tr G/L and correlation. The backward starts from
-    ``g_out`` (exchangeable) at the output."""
+    ``g_out`` (exchangeable) at the output. A centred Post-LN sublayer under another gets, per position, the
+    upper one's non-mean-free share S_j = β²branch_jj/G_jj as ``upstream_align`` (as `postnorm.trace_bwd`
+    does for the exchangeable backward)."""
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
     out = [_scalar(G, states[-1])]
+    align: np.ndarray | None = None
     for c, m in zip(reversed(components), reversed(states[:-1])):
-        G = position_bwd(c, m, G)
+        if isinstance(c, PostNormResidual):
+            if align is not None and c.centered:
+                c = dataclasses.replace(c, upstream_align=align)
+            G, branch = _postnorm_bwd(c, m, G)
+            align = branch / np.diag(G)
+        else:
+            G, align = position_bwd(c, m, G), None
         out.append(_scalar(G, m))
     return out[::-1]

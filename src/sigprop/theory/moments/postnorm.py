@@ -22,13 +22,18 @@ attention's value path has two Gaussian maps (W_v, then W_o): 2/d, 2r_f/d, 2r_f�
 1/K_ii (v = Var K_ii/EK², c₂ = Cov(K_ii, K_jj)/EK², ρ = EK_ij/EK) gives
   r_y = ρ(1 + ¾v + ¼c₂) − Cov(K_ij, K_ii)/EK²,
   σ_gz² = σ_gy² (1 + v)(1 − S/d)/EK,   Cov_gz = r_gy σ_gy² (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK,
-S = d·(fraction of the incoming gradient along the mean and the token's own direction): 0 inside the
-stack, 2 (centred; 1 for RMSNorm) for the last sublayer, whose gradient comes from the head. For
-Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²) (r(1 − (1−r²)/2d), (1 + 1/d)/σ²).
-Not modelled: the attention branch's departure from homogeneity (its input gradient keeps a component
-along x, so the FFN sublayer below it sees S > 0; worth one point of the depth-48 Post-LN decoder's median
-error, docs/moments.md §6, where an unexplained 0.4–0.7% per FFN sublayer remains), and
-for Gaussian x with a homogeneous branch the coupling |f|² ∝ |x|² of the stream and branch norms (Monte
+S = d·(fraction of the incoming gradient along the mean and the token's own direction): 2 (centred; 1 for
+RMSNorm) for the last sublayer, whose gradient comes from the head; inside the stack the incoming
+gradient is the next sublayer's input gradient α g_z' + β g_z' J_f'ᵀ, whose first part is mean-free and
+whose branch part is not (an isotropic 1/d of it lies along the mean), so a centred norm loses
+S = d·(1/d)·(branch part's share of the next input gradient) (`trace_bwd`; per position in `causal`).
+Monte Carlo (d = 32, an FFN sublayer under x ↦ LN(x + x W_v W_o), S = 0.62; tests/test_moments_postnorm.py):
++1.9% with S = 0, −0.1% with it; the depth-48 Post-LN decoder's gradient error falls 11.5% → 2.2%
+(docs/moments.md §6). For Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²)
+(r(1 − (1−r²)/2d), (1 + 1/d)/σ²).
+Not modelled: the own-direction part of S (an attention branch over several keys is not homogeneous, so
+its input gradient keeps a component along x: tried per position, about one point of that median error),
+and for Gaussian x with a homogeneous branch the coupling |f|² ∝ |x|² of the stream and branch norms (Monte
 Carlo −2.1% at d = 64; in a model only the first sublayer sees Gaussian x, and its branch is attention).
 
 Radial constraint (`radial_factor`). g_z ⊥ z exactly (N(cz) = N(z)), so the gradient entering the
@@ -69,6 +74,7 @@ backward applies it unweighted: it runs on collapsed stacks only, and its first-
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +101,23 @@ def homogeneous_kurtosis(branch: Component) -> float | None:
             and isinstance(parts[2], Linear)):
         return 2 + (2 * parts[0].d_in + 5) / parts[0].d_out
     return None
+
+
+def trace_bwd(chain: list[Component], states: list[Moments], g_out: Moments) -> list[Moments]:
+    """``states`` (the forward trace of ``chain``: input, then each output) with the gradient moments of the
+    backward from ``g_out``, like `Serial.trace`, except that a centred `PostNormResidual` under another
+    takes that one's non-mean-free share S = β'²·branch'/σ_gx'² (`PostNormResidual.bwd_parts`) as its
+    ``upstream_align`` (module docstring)."""
+    grads, share = [g_out], None
+    for c, m in zip(reversed(chain), reversed(states[:-1])):
+        if isinstance(c, PostNormResidual):
+            if share is not None and c.centered:
+                c = dataclasses.replace(c, upstream_align=share)
+            g, share = c.bwd_parts(m, grads[-1])
+        else:
+            g, share = c.bwd(m, grads[-1]), None
+        grads.append(g)
+    return [replace(s, grad_var=g.grad_var, grad_corr=g.grad_corr) for s, g in zip(states, reversed(grads))]
 
 
 def coherent_attention(branch: Component) -> Attention | None:
@@ -134,8 +157,9 @@ class PostNormResidual:
     """y = N(``alpha``·x + ``beta``·branch(x)), N a LayerNorm (``centered``) or RMSNorm over ``d`` features.
 
     ``normalized_input``: x is the output of a previous norm (norm fixed, mean-free); else i.i.d.
-    Gaussian features. ``upstream_align``: S of the gradient arriving at y (0 when the next map is
-    another PostNormResidual, 2 — or 1 for RMSNorm — when it is a random linear head).
+    Gaussian features. ``upstream_align``: S of the gradient arriving at y (2 — or 1 for RMSNorm — when
+    the next map is a random linear head; the mean share of its branch part when it is another
+    PostNormResidual, set by `trace_bwd`; 0 if unknown).
     """
 
     alpha: float
@@ -206,22 +230,29 @@ class PostNormResidual:
         return replace(z, mean=0.0, var=1.0, corr=max(-1.0, min(1.0, rho * (1 + 0.75 * v + 0.25 * c2) - c1)))
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        return self.bwd_parts(m_in, g_out)[0]
+
+    def bwd_parts(self, m_in: Moments, g_out: Moments) -> tuple[Moments, float]:
+        """`bwd`, and the branch part's share of the input gradient variance, β²·branch(g_z)/σ_gx² (the part
+        that is not mean-free: `trace_bwd` makes it the S of the sublayer below)."""
         res, z, f = self._sum(m_in)
         on, off = self.grad_gains(m_in, f.var, f.corr)
         var, cov = g_out.grad_var * on, g_out.grad_cov * off
-        g_x = res.bwd(m_in, replace(z, grad_var=var, grad_corr=ratio(cov, var)))
+        g_z = replace(z, grad_var=var, grad_corr=ratio(cov, var))
+        g_x = res.bwd(m_in, g_z)
+        branch = self.beta ** 2 * self.branch.bwd(m_in, g_z).grad_var
         att = coherent_attention(self.branch)
         if att is not None and not att.causal:
             eps_v, kappa = self.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
             mean_mode = cov + (var - cov) / att.L                       # per-feature variance of the token-mean of g_z
             weight = 1 / (1 + self.d * (1 - self._stats(m_in, f.var, f.corr)[1]))    # collapsed: ρ → 1
             cut = weight * mean_mode * (self.beta ** 2 * att.d ** 2 * att.v_var * att.o_var * eps_v
-                                           + 2 * self.alpha * self.beta * kappa)
+                                        + 2 * self.alpha * self.beta * kappa)
             var_x = g_x.grad_var - cut
-            return replace(g_x, grad_var=var_x, grad_corr=ratio(g_x.grad_cov - cut, var_x))
+            return replace(g_x, grad_var=var_x, grad_corr=ratio(g_x.grad_cov - cut, var_x)), branch / var_x
         eta = homogeneous_kurtosis(self.branch)
         if eta is None:
-            return g_x
+            return g_x, branch / g_x.grad_var
         on, off = self.radial_factor(m_in, f.var, f.corr, eta)
         var = g_x.grad_var * on
-        return replace(g_x, grad_var=var, grad_corr=ratio(g_x.grad_cov * off, var))
+        return replace(g_x, grad_var=var, grad_corr=ratio(g_x.grad_cov * off, var)), branch / var

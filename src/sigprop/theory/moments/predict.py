@@ -10,9 +10,9 @@ logits. Backward: starts from ∂loss/∂logits with unit variance and no token 
 Covered: every arch. ``encdec``: the encoder chain on the source (ending with its final norm for
 Pre-LN) gives the memory; the decoder chain on the target has (causal self-attention, cross-attention
 reading the memory (`QueryView`), MLP) per layer and its own final norm and head; backward through the
-decoder, then the memory gradient summed over the cross sublayers (`memory_gradient`: independent W_v, W_k,
-so variances and covariances add), then through the encoder from it. The causal Post-LN per-position
-backward (`causal`) is not used for encdec: its decoder takes the exchangeable maps. ``vit``: stack "enc"
+decoder (per position for a collapsed Post-LN decoder, as for ``decoder``), then the memory gradient summed
+over the cross sublayers (`memory_gradient`: independent W_v, W_k, so variances and covariances add), then
+through the encoder from it. ``vit``: stack "enc"
 over T = 1 + (image/patch)² tokens from `PatchEmbedding`, head Linear(d, n_classes) on the class token only
 (`ClassToken`), so the stack output's gradient sits on token 0: token-averaged variance n_classes σ_head²/T,
 correlation 0. The exchangeable backward maps stay right for that position average in a bidirectional
@@ -30,8 +30,8 @@ docs/moments.md §6): Pre-LN and DSLM within ~1–9% median; causal models carry
 token correlations the exchangeable-token maps average away (attention branch variance 5–15% low
 in deep layers); a rank-collapsed causal Post-LN decoder (token correlation ≥ COLLAPSED_CORR) is traced
 backward per position (`causal`), which follows the standard Post-LN decoder's first-token gradient;
-with the Post-LN norm's radial constraint (`postnorm`) its median error is 11.5% and 16.9% against two
-sets of 1000 networks (was 96%, then 31%; bench/postln_gradient.py).
+with the Post-LN norm's O(1/d) effects (`postnorm`) its median error is 2.2% and 3.0% against two sets
+of 1000 networks, within their Monte-Carlo error (was 96%, then 31%; bench/postln_gradient.py).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from .embedding import Embedding, PatchEmbedding, zipf_collision_probability
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, ReLU, ShapedReLU
-from .postnorm import PostNormResidual
+from .postnorm import PostNormResidual, trace_bwd
 from .residual import Residual
 from .state import Component, Moments, ratio, replace
 
@@ -227,20 +227,29 @@ def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Rec
             for lab, m in zip(labels, states[1:]) if lab is not None]
 
 
+def _backward(cfg: Any, chain: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:
+    """The backward of a stack from ``g_out``: per position (`causal`) for a causal Post-LN stack whose token
+    correlation reaches COLLAPSED_CORR, else exchangeable (`trace_bwd`)."""
+    if cfg.norm == "postln" and max(m.corr for m in states) >= COLLAPSED_CORR:
+        return position_trace(chain, states, g_out, L)
+    return trace_bwd(chain, states, g_out)
+
+
 def _predict_encdec(cfg: Any, seq_len: int | None, token_collision: float | None, m_in: Moments,
                     g_out: Moments) -> list[Record]:
     """Encoder forward → memory; decoder forward and backward; the memory gradient summed over the cross
     sublayers (independent W_v, W_k: variances and covariances add); encoder backward from it."""
     enc_labels, enc_chain = encoder_chain(cfg, seq_len, token_collision)
-    memory = serial(*enc_chain).fwd(m_in)
+    enc_fwd = serial(*enc_chain).trace(m_in)
+    memory = enc_fwd[-1]
     dec_labels, dec_chain = model_chain(cfg, seq_len, token_collision, memory)
-    dec = serial(*dec_chain).trace(m_in, g_out)
+    dec = _backward(cfg, dec_chain, serial(*dec_chain).trace(m_in), g_out, seq_len or cfg.max_seq_len)
     var = cov = 0.0
     for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
         gm = memory_gradient(sub, m, g)
         if gm is not None:
             var, cov = var + gm.grad_var, cov + gm.grad_cov
-    enc = serial(*enc_chain).trace(m_in, replace(memory, grad_var=var, grad_corr=ratio(cov, var)))
+    enc = trace_bwd(enc_chain, enc_fwd, replace(memory, grad_var=var, grad_corr=ratio(cov, var)))
     return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
 
 
@@ -259,8 +268,6 @@ def predict(cfg: Any, seq_len: int | None = None, token_collision: float | None 
     labels, chain = model_chain(cfg, seq_len, token_collision)
     stack = "dec" if cfg.arch == "decoder" else "enc"
     states = serial(*chain).trace(m_in)
-    if cfg.arch == "decoder" and cfg.norm == "postln" and max(m.corr for m in states) >= COLLAPSED_CORR:
-        states = position_trace(chain, states, g_out, seq_len or cfg.max_seq_len)
-    else:
-        states = serial(*chain).trace(m_in, g_out)
-    return _records(labels, states, stack)
+    if cfg.arch == "decoder":
+        return _records(labels, _backward(cfg, chain, states, g_out, seq_len or cfg.max_seq_len), stack)
+    return _records(labels, trace_bwd(chain, states, g_out), stack)
