@@ -215,7 +215,8 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
             if align is not None and c.centered:
                 c = dataclasses.replace(c, upstream_align=align)
             G, branch = _postnorm_bwd(c, m, G)
-            align = branch / np.diag(G)
+            total = np.diag(G)
+            align = np.divide(branch, total, out=np.zeros_like(total), where=total > 0)  # deep late positions underflow
         else:
             G, align = position_bwd(c, m, G), None
         out.append(_scalar(G, m))

@@ -249,10 +249,10 @@ class PostNormResidual:
             cut = weight * mean_mode * (self.beta ** 2 * att.d ** 2 * att.v_var * att.o_var * eps_v
                                         + 2 * self.alpha * self.beta * kappa)
             var_x = g_x.grad_var - cut
-            return replace(g_x, grad_var=var_x, grad_corr=ratio(g_x.grad_cov - cut, var_x)), branch / var_x
+            return replace(g_x, grad_var=var_x, grad_corr=ratio(g_x.grad_cov - cut, var_x)), ratio(branch, var_x)
         eta = homogeneous_kurtosis(self.branch)
         if eta is None:
-            return g_x, branch / g_x.grad_var
+            return g_x, ratio(branch, g_x.grad_var)
         on, off = self.radial_factor(m_in, f.var, f.corr, eta)
         var = g_x.grad_var * on
-        return replace(g_x, grad_var=var, grad_corr=ratio(g_x.grad_cov * off, var)), branch / var
+        return replace(g_x, grad_var=var, grad_corr=ratio(g_x.grad_cov * off, var)), ratio(branch, var)
