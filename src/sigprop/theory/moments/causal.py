@@ -118,16 +118,21 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     G = G * (att.d * att.o_var)                                                      # output projection
     n = key_counts(len(G), True)[0]
     f2, b = row_profiles(att, m)
-    g1, g2 = (att.gamma1, att.gamma2) if att.shaped else (0.0, 0.0)
-    gm = g1 * G + (1 - g2) * _times_u(G, n)                                         # G M
-    mgm = g1 * gm + (1 - g2) * _times_u(np.ascontiguousarray(gm.T), n).T            # Mᵀ G M (cumsum: contiguous rows)
+    gm = _times_u(G, n)                                                             # G M, M = U (standard)
+    if att.shaped:                                                                  # M = γ₁I + (1 − γ₂)U
+        gm = att.gamma1 * G + (1 - att.gamma2) * gm
+    mgm = _times_u(np.ascontiguousarray(gm.T), n).T                                 # Uᵀ G M (cumsum: contiguous rows)
+    if att.shaped:
+        mgm = att.gamma1 * gm + (1 - att.gamma2) * mgm                              # Mᵀ G M
     gii = np.diag(G)
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
     tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows.flat[::len(G) + 1] = tail_on
-    v_path = att.d * att.v_var * (coherent * mgm + rows)
+    rows += coherent * mgm
+    v_path = rows
+    v_path *= att.d * att.v_var
     _, (qk_var, qk_cov) = att.mix_bwd_paths(m, _scalar(G, f))
     sbar = float(np.mean(gii))
     if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
@@ -163,8 +168,10 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
     if (att := coherent_attention(c.branch)) is not None:
         eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
         branch, gm = _attention(att, m_in, Gz, 1 - eps_v)
-        gzm = gm / (att.d * att.o_var)
-        out = c.alpha ** 2 * Gz + c.beta ** 2 * branch - c.alpha * c.beta * kappa * (gzm + gzm.T)
+        out = gm + gm.T
+        out *= -c.alpha * c.beta * kappa / (att.d * att.o_var)                 # −αβκ(G_z M + (G_z M)ᵀ)
+        out += c.alpha ** 2 * Gz
+        out += c.beta ** 2 * branch
         return out, c.beta ** 2 * np.diag(branch)
     branch = _serial_bwd(parts, states, Gz)
     out = c.alpha ** 2 * Gz + c.beta ** 2 * branch
