@@ -41,6 +41,11 @@ class Serial:
         return self.trace(m_in, g_out)[0]
 
 
+def parts(c: Component) -> tuple[Component, ...]:
+    """The components of a `Serial`, or ``(c,)`` for any other map."""
+    return c.components if isinstance(c, Serial) else (c,)
+
+
 @lru_cache(maxsize=8192)
 def _forward_states(chain: Serial, m_in: Moments) -> tuple[Moments, ...]:
     """[input, after c1, ..., output]; cached: a Post-LN sublayer's backward re-reads its branch's forward."""

@@ -46,7 +46,7 @@ from functools import lru_cache
 import numpy as np
 
 from .attention import Attention, gamma_nodes
-from .blocks import Serial, serial
+from .blocks import Serial, parts, serial
 from .postnorm import VO_KURTOSIS, PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .softmax import row_functionals
@@ -147,7 +147,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
 def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
     """The norm's diagonal and off-diagonal gradient factors (module docstring): per position after an
     attention branch, scalars after a tokenwise one; ``f``: the branch output."""
-    att = c.branch.components[0] if isinstance(c.branch, Serial) else c.branch
+    att = parts(c.branch)[0]
     fvar: np.ndarray | float = f.var
     if isinstance(att, Attention):
         st = att._setup(m)
@@ -162,8 +162,8 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
     part that is not mean-free (`position_trace` sets the next sublayer's S from it). After an attention
     branch the coherent value path carries the radial constraint (module docstring): its Mᵀ G_z M part
     × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ)."""
-    parts = c.branch.components if isinstance(c.branch, Serial) else (c.branch,)
-    states = serial(*parts).trace(m_in)
+    maps = parts(c.branch)
+    states = serial(*maps).trace(m_in)
     Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
     if (att := coherent_attention(c.branch)) is not None:
         eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
@@ -173,7 +173,7 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
         out += c.alpha ** 2 * Gz
         out += c.beta ** 2 * branch
         return out, c.beta ** 2 * np.diag(branch)
-    branch = _serial_bwd(parts, states, Gz)
+    branch = _serial_bwd(maps, states, Gz)
     out = c.alpha ** 2 * Gz + c.beta ** 2 * branch
     if (eta := homogeneous_kurtosis(c.branch)) is not None:
         out = _gains(out, *c.radial_factor(m_in, states[-1].var, states[-1].corr, eta))

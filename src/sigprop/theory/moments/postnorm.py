@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from .attention import Attention
-from .blocks import Serial
+from .blocks import parts
 from .dropout import Dropout
 from .linear import Linear
 from .pointwise import ReLU
@@ -92,14 +92,18 @@ from .state import Component, Moments, check_positive, ratio, replace
 VO_KURTOSIS = 3.0    # η of x W_v W_o (two square Gaussian maps): the first causal token's attention branch
 
 
+def _active_parts(branch: Component) -> list[Component]:
+    """The branch's maps without its identity dropouts (p = 0)."""
+    return [c for c in parts(branch) if not (isinstance(c, Dropout) and c.p == 0)]
+
+
 def homogeneous_kurtosis(branch: Component) -> float | None:
     """η = E|f J_fᵀ|²/(b²|x|²) of a degree-1 homogeneous ``branch`` f(x) = x J_f (module docstring): a ReLU FFN
     (Linear, ReLU, Linear, no dropout) gives 2 + (2d + 5)/d_ff; None for any other branch."""
-    parts = [c for c in (branch.components if isinstance(branch, Serial) else (branch,))
-             if not (isinstance(c, Dropout) and c.p == 0)]
-    if (len(parts) == 3 and isinstance(parts[0], Linear) and isinstance(parts[1], ReLU)
-            and isinstance(parts[2], Linear)):
-        return 2 + (2 * parts[0].d_in + 5) / parts[0].d_out
+    active = _active_parts(branch)
+    if (len(active) == 3 and isinstance(active[0], Linear) and isinstance(active[1], ReLU)
+            and isinstance(active[2], Linear)):
+        return 2 + (2 * active[0].d_in + 5) / active[0].d_out
     return None
 
 
@@ -123,10 +127,9 @@ def trace_bwd(chain: list[Component], states: list[Moments], g_out: Moments) -> 
 def coherent_attention(branch: Component) -> Attention | None:
     """The branch's `Attention` if the branch is standard attention alone (no shaping, no dropout), else None:
     the branch whose value path acts coherently on collapsed tokens (module docstring)."""
-    parts = [c for c in (branch.components if isinstance(branch, Serial) else (branch,))
-             if not (isinstance(c, Dropout) and c.p == 0)]
-    if len(parts) == 1 and isinstance(parts[0], Attention) and not parts[0].shaped and parts[0].p == 0:
-        return parts[0]
+    active = _active_parts(branch)
+    if len(active) == 1 and isinstance(active[0], Attention) and not active[0].shaped and active[0].p == 0:
+        return active[0]
     return None
 
 
@@ -142,13 +145,13 @@ def hidden_fluctuation(branch: Component, d: int, r_in: float, r_f: float) -> tu
     """Relative Var|f_i|², Cov(f_i·f_j, |f_i|²), Cov(|f_i|², |f_j|²) (over (E|f|²)²) that the branch's stages
     before its last Gaussian map add (module docstring): ReLU FFN (input corr ``r_in``), attention (output
     corr ``r_f``), else none."""
-    parts = branch.components if isinstance(branch, Serial) else (branch,)
-    if isinstance(parts[0], Attention):
+    first = parts(branch)[0]
+    if isinstance(first, Attention):
         return 2 / d, 2 * r_f / d, 2 * r_f * r_f / d
     if homogeneous_kurtosis(branch) is None:
         return 0.0, 0.0, 0.0
     i11, i22, i31 = _orthant_moments(r_in)
-    d_ff = parts[0].d_out
+    d_ff = first.d_out
     return 5 / d_ff, 4 * (i31 - i11 / 2) / d_ff, 4 * (i22 - 0.25) / d_ff
 
 

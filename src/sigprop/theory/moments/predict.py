@@ -40,7 +40,7 @@ from typing import Any
 
 from ...records import Record
 from .attention import Attention
-from .blocks import Serial, ffn_block, serial
+from .blocks import ffn_block, parts, serial
 from .causal import position_trace
 from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
@@ -205,19 +205,19 @@ def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | 
     if not isinstance(sub, (Residual, PostNormResidual)):
         return None
     post = isinstance(sub, PostNormResidual)
-    parts = sub.branch.components if isinstance(sub.branch, Serial) else (sub.branch,)
-    views = [i for i, c in enumerate(parts) if isinstance(c, QueryView)]
+    maps = parts(sub.branch)
+    views = [i for i, c in enumerate(maps) if isinstance(c, QueryView)]
     if not views:
         return None
     i = views[0]
-    view = parts[i]
-    query = serial(*parts[:i]).fwd(m_in) if i else m_in
+    view = maps[i]
+    query = serial(*maps[:i]).fwd(m_in) if i else m_in
     if post:
         f = sub.branch.fwd(m_in)
         on, off = sub.grad_gains(m_in, f.var, f.corr)
         var = g_out.grad_var * on
         g_out = replace(g_out, grad_var=var, grad_corr=ratio(g_out.grad_cov * off, var))
-    to_memory = serial(MemoryView(view.attention, query), *parts[i + 1:])
+    to_memory = serial(MemoryView(view.attention, query), *maps[i + 1:])
     return Residual(0.0, sub.beta, to_memory).bwd(view.memory, g_out)
 
 
