@@ -164,6 +164,11 @@ class Attention:
     def d_k(self) -> int:
         return self.d // self.n_heads
 
+    @property
+    def vo_gain(self) -> float:
+        """a = d²σ_v²σ_o²: the gain of the value–output path x ↦ x W_v W_o."""
+        return self.d ** 2 * self.v_var * self.o_var
+
     @cached_property
     def out_proj(self) -> Linear:
         return Linear(self.d, self.d, self.o_var)

@@ -47,7 +47,7 @@ import numpy as np
 
 from .attention import Attention, gamma_nodes
 from .blocks import Serial, parts, serial
-from .postnorm import VO_KURTOSIS, PostNormResidual, coherent_attention, homogeneous_kurtosis
+from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .softmax import row_functionals
 from .state import Component, Moments, replace
@@ -166,7 +166,7 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
     states = serial(*maps).trace(m_in)
     Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
     if (att := coherent_attention(c.branch)) is not None:
-        eps_v, kappa = c.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
+        eps_v, kappa = c.coherent_radial(att)
         branch, gm = _attention(att, m_in, Gz, 1 - eps_v)
         out = gm + gm.T
         out *= -c.alpha * c.beta * kappa / (att.d * att.o_var)                 # −αβκ(G_z M + (G_z M)ᵀ)

@@ -197,13 +197,15 @@ class PostNormResidual:
         k, rho2 = self.d - (1 if self.centered else 0), self._stats(x, f_var, f_corr)[1] ** 2
         return 1 - delta / (k - 1), 1 - delta * (2 - rho2) / (k - 2 + rho2)
 
-    def coherent_radial(self, gain: float, kurtosis: float) -> tuple[float, float]:
-        """(δ_V/(k − 1), κ) for an attention branch whose value path x ↦ x A (gain a = ``gain``, kurtosis η) acts
-        coherently on collapsed tokens (module docstring): δ_V = β²a(η − 1)/(α² + β²a) scales the value path's
-        coherent part, κ = αβa/((α² + β²a)(k − 1)) the residual–value cross term."""
+    def coherent_radial(self, att: Attention) -> tuple[float, float]:
+        """(δ_V/(k − 1), κ) for an attention branch whose value path x ↦ x W_v W_o (gain a = ``att.vo_gain``,
+        kurtosis η = `VO_KURTOSIS`) acts coherently on collapsed tokens (module docstring):
+        δ_V = β²a(η − 1)/(α² + β²a) scales the value path's coherent part, κ = αβa/((α² + β²a)(k − 1)) the
+        residual–value cross term."""
+        gain = att.vo_gain
         a2, b2g = self.alpha ** 2, self.beta ** 2 * gain
         k1 = self.d - (2 if self.centered else 1)
-        return b2g * (kurtosis - 1) / ((a2 + b2g) * k1), self.alpha * self.beta * gain / ((a2 + b2g) * k1)
+        return b2g * (VO_KURTOSIS - 1) / ((a2 + b2g) * k1), self.alpha * self.beta * gain / ((a2 + b2g) * k1)
 
     def norm_stats(self, sx: Any, rx: float, sf: Any, rf: float, hidden: tuple[float, float, float] = (0.0, 0.0, 0.0)
                    ) -> tuple[Any, Any, Any, Any, Any]:
@@ -242,15 +244,14 @@ class PostNormResidual:
         on, off = self.grad_gains(m_in, f.var, f.corr)
         var, cov = g_out.grad_var * on, g_out.grad_cov * off
         g_z = replace(z, grad_var=var, grad_corr=ratio(cov, var))
-        g_x = res.bwd(m_in, g_z)
-        branch = self.beta ** 2 * self.branch.bwd(m_in, g_z).grad_var
+        g_f = self.branch.bwd(m_in, g_z)
+        g_x, branch = res.combine_bwd(m_in, g_z, g_f), self.beta ** 2 * g_f.grad_var
         att = coherent_attention(self.branch)
         if att is not None and not att.causal:
-            eps_v, kappa = self.coherent_radial(att.d ** 2 * att.v_var * att.o_var, VO_KURTOSIS)
+            eps_v, kappa = self.coherent_radial(att)
             mean_mode = cov + (var - cov) / att.L                       # per-feature variance of the token-mean of g_z
             weight = 1 / (1 + self.d * (1 - self._stats(m_in, f.var, f.corr)[1]))    # collapsed: ρ → 1
-            cut = weight * mean_mode * (self.beta ** 2 * att.d ** 2 * att.v_var * att.o_var * eps_v
-                                        + 2 * self.alpha * self.beta * kappa)
+            cut = weight * mean_mode * (self.beta ** 2 * att.vo_gain * eps_v + 2 * self.alpha * self.beta * kappa)
             var_x = g_x.grad_var - cut
             return replace(g_x, grad_var=var_x, grad_corr=ratio(g_x.grad_cov - cut, var_x)), ratio(branch, var_x)
         eta = homogeneous_kurtosis(self.branch)

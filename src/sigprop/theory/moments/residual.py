@@ -33,7 +33,10 @@ class Residual:
                        corr=ratio(a2 * m.cov + b2 * f.cov, var))
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
-        f = self.branch.bwd(m_in, g_out)
+        return self.combine_bwd(m_in, g_out, self.branch.bwd(m_in, g_out))
+
+    def combine_bwd(self, m_in: Moments, g_out: Moments, f: Moments) -> Moments:
+        """The backward sum for output gradient ``g_out`` and the branch's input gradient moments ``f``."""
         a2, b2 = self.alpha ** 2, self.beta ** 2
         var = a2 * g_out.grad_var + b2 * f.grad_var
         return replace(m_in, grad_var=var, grad_corr=ratio(a2 * g_out.grad_cov + b2 * f.grad_cov, var))
