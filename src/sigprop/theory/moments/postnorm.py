@@ -237,12 +237,18 @@ class PostNormResidual:
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self.bwd_parts(m_in, g_out)[0]
 
+    def norm_grad(self, m_in: Moments, g_out: Moments, f: Moments | None = None) -> tuple[float, float]:
+        """(variance, covariance) of the gradient at the norm's input z, from ``g_out`` at y (`grad_gains`);
+        ``f``: the branch output on ``m_in`` when already computed."""
+        f = self.branch.fwd(m_in) if f is None else f
+        on, off = self.grad_gains(m_in, f.var, f.corr)
+        return g_out.grad_var * on, g_out.grad_cov * off
+
     def bwd_parts(self, m_in: Moments, g_out: Moments) -> tuple[Moments, float]:
         """`bwd`, and the branch part's share of the input gradient variance, β²·branch(g_z)/σ_gx² (the part
         that is not mean-free: `trace_bwd` makes it the S of the sublayer below)."""
         res, z, f = self._sum(m_in)
-        on, off = self.grad_gains(m_in, f.var, f.corr)
-        var, cov = g_out.grad_var * on, g_out.grad_cov * off
+        var, cov = self.norm_grad(m_in, g_out, f)
         g_z = replace(z, grad_var=var, grad_corr=ratio(cov, var))
         g_f = self.branch.bwd(m_in, g_z)
         g_x, branch = res.combine_bwd(m_in, g_z, g_f), self.beta ** 2 * g_f.grad_var

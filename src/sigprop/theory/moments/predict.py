@@ -204,7 +204,6 @@ def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | 
     Post-LN norm's gradient gains), gives the memory's gradient."""
     if not isinstance(sub, (Residual, PostNormResidual)):
         return None
-    post = isinstance(sub, PostNormResidual)
     maps = parts(sub.branch)
     views = [i for i, c in enumerate(maps) if isinstance(c, QueryView)]
     if not views:
@@ -212,11 +211,9 @@ def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | 
     i = views[0]
     view = maps[i]
     query = serial(*maps[:i]).fwd(m_in) if i else m_in
-    if post:
-        f = sub.branch.fwd(m_in)
-        on, off = sub.grad_gains(m_in, f.var, f.corr)
-        var = g_out.grad_var * on
-        g_out = replace(g_out, grad_var=var, grad_corr=ratio(g_out.grad_cov * off, var))
+    if isinstance(sub, PostNormResidual):
+        var, cov = sub.norm_grad(m_in, g_out)
+        g_out = replace(g_out, grad_var=var, grad_corr=ratio(cov, var))
     to_memory = serial(MemoryView(view.attention, query), *maps[i + 1:])
     return Residual(0.0, sub.beta, to_memory).bwd(view.memory, g_out)
 
