@@ -32,9 +32,10 @@ Monte Carlo (d = 32, an FFN sublayer under x ↦ LN(x + x W_v W_o), S = 0.62; te
 (docs/moments.md §6). For Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²)
 (r(1 − (1−r²)/2d), (1 + 1/d)/σ²).
 Not modelled: the own-direction part of S (an attention branch over several keys is not homogeneous, so
-its input gradient keeps a component along x: tried per position, about one point of that median error),
-and for Gaussian x with a homogeneous branch the coupling |f|² ∝ |x|² of the stream and branch norms (Monte
-Carlo −2.1% at d = 64; in a model only the first sublayer sees Gaussian x, and its branch is attention).
+its input gradient keeps a component along x), and for Gaussian x with a homogeneous branch the coupling
+|f|² ∝ |x|² of the stream and branch norms (family `postnorm` of tests/moments_mc.py, its largest
+gradient-variance residual, 2.0%; in a model only the first sublayer sees Gaussian x, and its branch is
+attention).
 
 Radial constraint (`radial_factor`). g_z ⊥ z exactly (N(cz) = N(z)), so the gradient entering the
 residual is not independent of its Jacobian J = αI + βJ_f: for a degree-1 homogeneous branch
@@ -49,11 +50,10 @@ so the sublayer's gradient variance carries 1 − δ/(k − 1),  δ = (2α²β²
 η: 3 for a product of two square Gaussian maps (Fuss–Catalan; the value–output path of the first
 causal token, which attends only to itself: `VO_KURTOSIS`), 2 + (2d + 5)/d_ff for a ReLU FFN d → d_ff → d
 (E[relu(x·w) w] = σ₁²x/2 by Stein's lemma, and the Wishart moment E|hW₂W₂ᵀ|² = σ₂⁴ d|h|²(d + d_ff + 1)).
-Measured (one sublayer, x normalized, g_y ⊥ {1, y}, 1500–3000 samples; ratio to the independent-gradient
-value at the measured E[d/|Pz|²]): d = 32/64/128 first-token attention 0.964/0.977/0.989 ± 0.007/0.005/0.005
-vs 1 − δ/(d−2) = 0.959/0.980/0.990; FFN 0.985/0.993/0.996 ± 0.004/0.003/0.003 vs 0.985/0.993/0.996. In a
-standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the ~0.7%-per-sublayer excess a
-first-token gradient otherwise accumulates.
+In a standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the ~0.7%-per-sublayer
+excess a first-token gradient otherwise accumulates. Monte Carlo: tests/test_moments_postnorm.py and
+tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py` (the FFN at d = 32, 64, 128:
+−0.8 / +0.2 / −0.0% with the corrections, +0.5 / +0.8 / +0.3% without, s.e. 0.3–0.5%; bench/RESULTS.md).
 
 Coherent value path (`coherent_radial`). Attention over many keys is not homogeneous token by token, but
 on rank-collapsed tokens (ρ → 1, near-uniform rows) the value path acts on the tokens' common mode as the
@@ -67,10 +67,11 @@ token (M = 1) the two add up to δ above. The per-position backward (`causal`) u
 exchangeable one subtracts (β²a δ_V/(k − 1) + 2αβκ)·M_z from the variance and the covariance (M_z = the
 per-feature variance of the tokens' mean gradient, M = 11ᵀ/L), weighted by 1/(1 + d(1 − ρ)): the common
 mode is coherent only once the tokens' own parts, 1 − ρ of the norm input, drop below O(1/d).
-Monte Carlo (bidirectional, d = 64, L = 16, gradient corr 0.5, 12000 samples, s.e. 0.3%): token corr
-r = 0.99 / 0.95 / 0.9, gradient covariance +1.7 / +1.7 / +1.7% without, +0.0 / +0.8 / +1.2% with; variance
-+1.2 / +0.9 / +0.4% without, −0.0 / +0.3 / +0.1% with (tests/test_moments_postnorm.py). The per-position
-backward applies it unweighted: it runs on collapsed stacks only, and its first-token part is exact.
+`bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, gradient corr 0.5, 12000 samples, s.e.
+0.3%): token corr r = 0.99 / 0.95 / 0.9, gradient covariance +2.6 / +2.3 / +1.9% without, +1.0 / +1.4 / +1.4%
+with; variance +1.9 / +1.3 / +0.7% without, +0.7 / +0.8 / +0.3% with (at d = 32, r = 0.99:
+tests/test_moments_postnorm.py). The per-position backward applies it unweighted: it runs on collapsed
+stacks only, and its first-token part is exact.
 """
 from __future__ import annotations
 
