@@ -245,8 +245,8 @@ def test_blowup_paths_are_stopped_without_nan():
         assert torch.equal(path[step:], path[-1].expand_as(path[step:]))
 
 
-def test_paths_V_is_the_spec_tensor_and_stopped_paths_hold_their_last_finite_value():
-    """SDEPaths.V is SPEC §2's (paths, steps // record_every + 1, m, m) tensor: finite and PSD everywhere;
+def test_paths_V_is_the_path_tensor_and_stopped_paths_hold_their_last_finite_value():
+    """SDEPaths.V is the (paths, steps // record_every + 1, m, m) tensor: finite and PSD everywhere;
     a stopped path holds its last accepted value, which for a rejected proposal is below the blow-up norm."""
     V0 = 100.0 * (0.02 * torch.eye(3) + 0.98)
     r = sde.simulate("attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0, record_every=5)
