@@ -10,9 +10,8 @@ transformers = pytest.importorskip("transformers")
 
 import sigprop.hf as hf  # noqa: E402
 from sigprop import ModelConfig, build_model  # noqa: E402
-from sigprop.diagnostics import measure, token_correlation  # noqa: E402
-from sigprop.hf import moments  # noqa: E402
-from sigprop.schemes.dslm import activation_kernel, block_correlations  # noqa: E402
+from sigprop.diagnostics import measure  # noqa: E402
+from sigprop.theory import gated  # noqa: E402
 
 V = 256
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -72,9 +71,9 @@ def test_gated_output_moment_matches_monte_carlo():
         y = (F.silu(a) * b) @ (torch.randn(d_ff, d, dtype=torch.float64) * math.sqrt(var_d))
         draws.append(y.square().mean().item())
     est = torch.tensor(draws)
-    want = moments.gated_output_moment(F.silu, d, d_ff, var_g, var_u, var_d, q)
+    want = gated.gated_output_moment(F.silu, d, d_ff, var_g, var_u, var_d, q)
     assert abs(est.mean().item() - want) < 4 * est.std().item() / math.sqrt(len(draws))
-    assert moments.gate_moment(F.silu) == pytest.approx(0.3557, abs=1e-4)
+    assert gated.gate_moment(F.silu) == pytest.approx(0.3557, abs=1e-4)
 
 
 @pytest.mark.parametrize("rho", [0.2, 0.8])
@@ -88,49 +87,7 @@ def test_gated_kernel_matches_monte_carlo(rho):
     h = F.silu(a) * b
     prod = h[:, 0] * h[:, 1]
     mc = prod.mean().item() / h[:, 0].square().mean().item()
-    assert moments.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_softmax_collision_brackets_monte_carlo(causal):
-    """The ratio-of-expectations form over-estimates E[Σp²] by 0–15% (v ≤ 1), never under."""
-    g = torch.Generator().manual_seed(2)
-    t = 32
-    for var in (0.3, 1.0):
-        s = torch.randn(3000, t, t, generator=g, dtype=torch.float64) * math.sqrt(var)
-        if causal:
-            s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
-        mc = s.softmax(-1).square().sum(-1).mean().item()
-        assert mc * 0.995 <= moments.softmax_collision(t, causal, var) <= 1.15 * mc
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_attention_correlations_match_one_layer_monte_carlo(causal):
-    """One random attention layer (σ² = 1/d for Q, K, V) on tokens with correlation r: output
-    variance = r_T (DSLM's r at L → ∞) within 12%, output token correlation = r_out within 0.05."""
-    g = torch.Generator().manual_seed(3)
-    d, heads, t, b = 128, 4, 32, 32
-    for r in (0.05, 0.3, 0.7):
-        var, corr = [], []
-        for _ in range(6):
-            x = math.sqrt(r) * torch.randn(b, 1, d, generator=g, dtype=torch.float64) \
-                + math.sqrt(1 - r) * torch.randn(b, t, d, generator=g, dtype=torch.float64)
-            q, k, v = ((x @ (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)))
-                       .view(b, t, heads, -1).transpose(1, 2) for _ in range(3))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            var.append(y.var().item())
-            corr.append(token_correlation(y.transpose(1, 2).reshape(b, t, d)))
-        r_t, r_out = moments.attention_correlations(r, t, causal, logit_var=1.0)
-        assert sum(var) / len(var) == pytest.approx(r_t, rel=0.12)
-        assert sum(corr) / len(corr) == pytest.approx(r_out, abs=0.05)
-
-
-def test_block_correlations_reduce_to_dslm():
-    """Two tables, the plain-MLP kernel and L → ∞ give back DSLM's own recursion, exactly."""
-    cfg = ModelConfig(scheme="dslm", d_model=32, n_heads=4, n_layers=24, activation="relu", dropout=0.1)
-    ours = moments.block_correlations(cfg, "dec", 2, lambda r: activation_kernel("relu", r), None, True)
-    assert [r for r, _ in ours] == pytest.approx(block_correlations(cfg, "dec"), rel=1e-12)
-    assert all(r == r_t for r, r_t in ours)
+    assert gated.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
 
 
 # --- apply: DSLM keeps unit variance, generate() works -----------------------------------------
@@ -335,8 +292,20 @@ def test_unsupported_models_and_schemes_raise_clear_errors():
         hf.apply(gpt2(1), "deepnorm")
     with pytest.raises(ValueError, match="scheme must be one of"):
         hf.apply(gpt2(1), "preln")
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(ValueError, match="seq_len=16 is not used by scheme 'shaped'"):
         hf.apply(gpt2(1), "shaped", seq_len=16)
+    with pytest.raises(ValueError, match="seq_len must be a positive int"):
+        hf.apply(gpt2(1), "dslm", seq_len=0)
+    with pytest.raises(ValueError, match="argument k must be a finite number, got nan"):
+        hf.apply(gpt2(1), "dslm", k=float("nan"))
+    with pytest.raises(ValueError, match="argument c_plus must be a finite number, got inf"):
+        hf.apply(gpt2(1), "shaped", c_plus=float("inf"))
+    with pytest.raises(ValueError, match="shaping='learn' is not used by scheme 'dslm'"):
+        hf.apply(gpt2(1), "dslm", shaping="learn")
+    with pytest.raises(ValueError, match="tau0=0.5 is not used by scheme 'deepnorm'"):
+        hf.apply(bert(1), "deepnorm", tau0=0.5)
+    with pytest.raises(ValueError, match="shaping='recover' needs its .* schedule"):
+        hf.apply(gpt2(1), "shaped", shaping="recover")
     model = gpt2(1)
     hf.apply(model, "dslm")
     with pytest.raises(RuntimeError, match="already applied"):
@@ -355,7 +324,7 @@ def test_every_parameter_is_initialized_by_its_role():
     model = llama(2, d=64)
     hf.apply(model, "dslm")
     down = model.model.layers[0].mlp.down_proj.weight
-    assert down.var().item() == pytest.approx(1 / (192 * moments.gate_moment(F.silu)), rel=0.05)  # gated rule
+    assert down.var().item() == pytest.approx(1 / (192 * gated.gate_moment(F.silu)), rel=0.05)  # gated rule
     assert model.model.embed_tokens.weight.var().item() == pytest.approx(1.0, rel=0.05)         # 1 table
     model = gpt2(1)
     model.transformer.h[0].mlp.extra = torch.nn.Parameter(torch.ones(3, 3))
