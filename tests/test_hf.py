@@ -1,6 +1,7 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
 import inspect
 import math
+import statistics
 
 import pytest
 import torch
@@ -88,6 +89,82 @@ def test_gated_kernel_matches_monte_carlo(rho):
     prod = h[:, 0] * h[:, 1]
     mc = prod.mean().item() / h[:, 0].square().mean().item()
     assert gated.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
+
+
+# --- DSLM at branch level: each attention and MLP branch output, before the residual scaling ---------
+
+BRANCHES = {"gpt2": r"transformer\.h\.\d+\.(attn|mlp)\.c_proj",
+            "llama": r"model\.layers\.\d+\.(self_attn\.o_proj|mlp\.down_proj)",
+            "bert": r"bert\.encoder\.layer\.\d+\.(attention\.output|output)\.dense",
+            "sigprop": r"stack\.blocks\.\d+\.(attn|mlp)\.fn"}
+
+
+def zipf_ids(batch: int, seq: int, seed: int) -> torch.Tensor:
+    """Token ids with P(k) ∝ 1/(k + 1) over the V ids (natural text's unigram law)."""
+    w = 1.0 / torch.arange(1, V + 1, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return torch.multinomial(w / w.sum(), batch * seq, replacement=True, generator=g).view(batch, seq)
+
+
+def dslm_model(family: str, d: int, seq: int | None, positions: int = 128) -> torch.nn.Module:
+    """48 layers under DSLM for sequences of ``seq`` tokens (None: ``apply``'s default, the model's positions)."""
+    if family.startswith("sigprop"):
+        arch = "decoder" if family == "sigprop-dec" else "encoder"
+        return build_model(ModelConfig(arch=arch, scheme="dslm", vocab_size=V, d_model=d, n_layers=48, n_heads=4,
+                                       d_ff=4 * d, max_seq_len=seq or positions))
+    size = {"gpt2": "n_positions", "bert": "max_position_embeddings", "llama": "max_position_embeddings"}[family]
+    model = MODELS[family](48, d=d, **{size: positions})
+    hf.apply(model, "dslm", seq_len=seq)
+    return model
+
+
+def branch_variances(family: str, d: int, seq: int | None, seeds: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """(attention, MLP): each branch's output variance on 8 Zipf sequences, hooked on the branch's last linear map
+    (before λx + βf(x)), averaged over one network per seed (a single network's branch fluctuates by ~2/√d)."""
+    runs = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = dslm_model(family, d, seq).eval()
+        records = measure(model, zipf_ids(8, seq or 128, seed + 1), blocks=BRANCHES[family.split("-")[0]])
+        runs.append([r.fwd_var for r in records])
+    mean = [sum(col) / len(col) for col in zip(*runs)]
+    return mean[0::2], mean[1::2]
+
+
+def assert_unit_branches(attn: list[float], mlp: list[float]) -> None:
+    for kind, v in (("attention", attn), ("mlp", mlp)):
+        assert 0.9 <= statistics.median(v) <= 1.1, (kind, statistics.median(v))
+        assert 0.7 <= min(v) and max(v) <= 1.4, (kind, min(v), max(v))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "sigprop-dec"])
+def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
+    """GPT-2 (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
+    finite-length V/O correction applied on top of a std that already holds one gives GPT-2 a first attention
+    branch of 0.19 and an attention median of 0.83 on these seeds."""
+    attn, mlp = branch_variances(family, 64, 32, (0, 1))
+    assert 0.7 <= attn[0] <= 1.4, attn[0]
+    assert_unit_branches(attn, mlp)
+
+
+CAUSAL_EXCESS = ("causal stacks build position-dependent token correlations (late positions, averaging many shared "
+                 "keys, grow more alike than early ones) that the exchangeable recursion averages away; with LLaMA's "
+                 "single table (identical embeddings for repeated tokens) the attention median measured 1.11 (T=16), "
+                 "1.20 (32), 1.22 (128) at width 128")
+BERT_DEFICIT = ("BERT's attention branches measured median 0.88-0.89 at every length (width 128, 4 seeds) while its "
+                "stream correlation follows the recursion to ~0.05: the Post-LN, three-table (shared token-type row) "
+                "stream is not yet modelled at branch level")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq", [16, 32, 128, None])
+@pytest.mark.parametrize("family", [
+    "gpt2", "sigprop-dec", "sigprop-enc",
+    pytest.param("llama", marks=pytest.mark.xfail(strict=True, reason=CAUSAL_EXCESS)),
+    pytest.param("bert", marks=pytest.mark.xfail(strict=True, reason=BERT_DEFICIT))])
+def test_dslm_branches_have_unit_variance_at_every_length(family, seq):
+    """Width 128, 48 layers, 4 networks per case; ``seq=None``: apply's default length (128 positions), fed 128."""
+    assert_unit_branches(*branch_variances(family, 128, seq, (0, 1, 2, 3)))
 
 
 # --- apply: DSLM keeps unit variance, generate() works -----------------------------------------

@@ -1,4 +1,4 @@
-"""Measure per-sublayer moments of any torch model with forward and backward hooks.
+r"""Measure per-sublayer moments of any torch model with forward and backward hooks.
 
 `measure(model, batch)` runs one forward and backward pass and returns one `Record` per
 sublayer output (and the embedding output as layer 0): mean, variance, token correlation,

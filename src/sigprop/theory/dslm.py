@@ -37,15 +37,18 @@ def pair_overlap(L: int, causal: bool) -> float:
     return (L - harmonic) / (L * (L - 1) / 2)
 
 
-def attention_correlation(r: float, L: int, causal: bool, d: int, n_heads: int) -> tuple[float, float]:
-    """(G, r_out): the attention gain at input correlation ``r`` and the output token correlation."""
+def attention_correlation(r: float, L: int | None, causal: bool, d: int, n_heads: int) -> tuple[float, float]:
+    """(G, r_out): the attention gain at input correlation ``r`` and the output token correlation over ``L`` keys;
+    ``L=None`` is the authors' limit (G = r, r_out = 1)."""
+    if L is None:
+        return r, 1.0
     g = attention_gain(r, L, causal, d, n_heads)
     cov = r + (1.0 - r) * ((d - 2) * pair_overlap(L, causal) + r * (1.0 - r)) / d
     return g, min(1.0, cov / g)
 
 
 def block_correlations(pairs: tuple[tuple[float, float], ...], n_blocks: int, lam: float, beta: float, p: float,
-                       L: int, causal: bool, d: int, n_heads: int, ffn_kernel: Callable[[float], float],
+                       L: int | None, causal: bool, d: int, n_heads: int, ffn_kernel: Callable[[float], float],
                        attentions: int = 1) -> tuple[tuple[float, float], ...]:
     """(r_l, G_l) entering every block l < ``n_blocks``: the mean input correlation and the attention gain there.
 
