@@ -7,7 +7,7 @@ attention branch's variance error. Models compared:
   lognormal   r + (1−r)·mean_i min(1, e^{1−r}/n_i)             (log-normal Σ_j a_ij²)
   ratio       r + (1−r)·mean_i e^{v}/(e^{v} + n_i − 1), v = 1−r (ratio of expectations)
   exact       `sigprop.theory.moments.Attention` forward map (Gaussian-logit softmax functionals,
-              finite width d, d_k); `sigprop.theory.attention_gain` evaluates it
+              finite width d, d_k); `sigprop.theory.moments.attention.attention_gain` is its row part
 
     python bench/attention_gain.py [--draws 300] [--d 64] [--heads 4]
 """
