@@ -87,8 +87,8 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     (`random_projection_loss`), out = the logits (or last hidden state). Parameters' ``.grad`` are
     left untouched. ``plot``: write a PNG of the measured curves with `plot_records`, and the
     predicted ones where `sigprop.models.predict` exists and `apply` found the mirrored
-    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2 without ``seq_len``); else the
-    title says "measured only".
+    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror attends over ``seq_len``
+    keys); else the title says "measured only".
     """
     family = family_of(model)
     blocks = family.blocks(model.base_model)
