@@ -1,4 +1,5 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
+import dataclasses
 import inspect
 import math
 import statistics
@@ -12,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 import sigprop.hf as hf  # noqa: E402
 from sigprop import ModelConfig, build_model  # noqa: E402
 from sigprop.diagnostics import measure  # noqa: E402
+from sigprop.schemes import dslm  # noqa: E402
 from sigprop.theory import gated  # noqa: E402
 
 V = 256
@@ -145,6 +147,20 @@ def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
     attn, mlp = branch_variances(family, 64, 32, (0, 1))
     assert 0.7 <= attn[0] <= 1.4, attn[0]
     assert_unit_branches(attn, mlp)
+
+
+def test_dslm_vo_init_is_the_schemes_rule_at_the_given_length():
+    """GPT-2 has sigprop's two tables and plain MLP, so its W_O is exactly the scheme's std for the mirror, which
+    attends over ``seq_len`` keys (the std at 16 and at 128 keys differ by ~25%, 20 standard errors)."""
+    torch.manual_seed(0)
+    model = gpt2(2, d=64, n_positions=128)
+    cfg = hf.apply(model, "dslm", seq_len=16)
+    assert cfg.max_seq_len == 16
+    w = model.transformer.h[1].attn.c_proj.weight
+    for seq, close in ((16, True), (128, False)):
+        want = dslm.vo_std(dataclasses.replace(cfg, max_seq_len=seq), dslm.block_correlations(
+            dataclasses.replace(cfg, max_seq_len=seq), "dec")[1][1])
+        assert (abs(w.std().item() / want - 1) < 5 / math.sqrt(2 * w.numel())) == close, (seq, w.std().item(), want)
 
 
 CAUSAL_EXCESS = ("causal stacks build position-dependent token correlations (late positions, averaging many shared "

@@ -221,7 +221,8 @@ def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module) -> l
     """(G_l / G'_l)^{1/4} per block (module docstring): the scheme's recursion against the family's."""
     kernel = gated_kernel(act) if family.gated else (lambda r: dslm.activation_kernel(cfg.activation, r))
     ours = dslm.correlations(cfg, stack, dslm.embedding_pairs(cfg, family.n_tables, family.shared_tables), kernel)
-    return [(g / g_ours) ** 0.25 for (_, g), (_, g_ours) in zip(dslm.block_correlations(cfg, stack), ours)]
+    return [dslm.vo_std(cfg, g_ours) / dslm.vo_std(cfg, g)
+            for (_, g), (_, g_ours) in zip(dslm.block_correlations(cfg, stack), ours)]
 
 
 def _scale_residuals(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
