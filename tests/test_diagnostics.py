@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sigprop import ModelConfig, build_model
-from sigprop.diagnostics import attention_entropy, measure, stable_rank, token_correlation
+from sigprop.diagnostics import attention_entropy, diagnose_model, measure, stable_rank, token_correlation
 from sigprop.records import Record, format_table, from_json, to_csv, to_json
 
 
@@ -178,3 +178,14 @@ def test_measure_selector_errors_are_clear():
         measure(model, ids, blocks=r"blocks\.\d+")
     with pytest.raises(ValueError, match="blocks must be a module class"):
         measure(model, ids, blocks=3)
+
+
+def test_diagnose_model_writes_the_diagnose_files(tmp_path):
+    torch.manual_seed(0)
+    model = NanoGPT().double()
+    ids = torch.randint(0, 64, (2, 16))
+    records = diagnose_model(model, ids, blocks=NanoBlock, out=tmp_path)
+    assert records == measure(model, ids, blocks=NanoBlock)
+    assert from_json((tmp_path / "measured.json").read_text()) == records
+    assert len((tmp_path / "measured.csv").read_text().splitlines()) == 1 + len(records)
+    assert (tmp_path / "diagnose.png").stat().st_size > 0
