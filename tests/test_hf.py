@@ -165,9 +165,9 @@ def test_dslm_vo_init_is_the_schemes_rule_at_the_given_length():
 
 CAUSAL_EXCESS = ("causal stacks build position-dependent token correlations (late positions, averaging many shared "
                  "keys, grow more alike than early ones) that the exchangeable recursion averages away; with LLaMA's "
-                 "single table (identical embeddings for repeated tokens) the attention median measured 1.11 (T=16), "
-                 "1.20 (32), 1.22 (128) at width 128")
-BERT_DEFICIT = ("BERT's attention branches measured median 0.88-0.89 at every length (width 128, 4 seeds) while its "
+                 "single table (identical embeddings for repeated tokens) the attention median measured 1.1003 (T=16), "
+                 "1.18 (32), 1.21 (128 and None) at width 128, 4 networks (bench/hf_branches.py)")
+BERT_DEFICIT = ("BERT's attention branches measured median 0.87-0.88 at every length (width 128, 4 networks) while its "
                 "stream correlation follows the recursion to ~0.05: the Post-LN, three-table (shared token-type row) "
                 "stream is not yet modelled at branch level")
 
