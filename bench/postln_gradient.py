@@ -1,4 +1,4 @@
-"""Standard Post-LN gradient: `moments.predict` against the mean of many networks (too slow for the tests).
+"""Standard Post-LN gradient: `sigprop.models.predict` against the mean of many networks (too slow for the tests).
 
 The per-network gradient of a rank-collapsed Post-LN stack is heavy-tailed (log-std ≈ 1.2–1.4), so the
 48 networks of tests/test_predict.py leave a 17% standard error on the mean; this measures hundreds.
@@ -18,7 +18,7 @@ import torch
 from sigprop.diagnostics import measure
 from sigprop.experiments.outputs import progress
 from sigprop.models import ModelConfig, build_model
-from sigprop.theory import moments
+from sigprop.models import predict
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
         grads.append([r.grad_var for r in measure(build_model(cfg).double(), ids, seed=seed, attention_stats=False)])
     g = np.array(grads)
     mean, se = g.mean(0), g.std(0, ddof=1) / np.sqrt(len(g))
-    err = np.array([r.grad_var for r in moments.predict(cfg, token_collision=1 / cfg.vocab_size)]) / mean - 1
+    err = np.array([r.grad_var for r in predict(cfg, token_collision=1 / cfg.vocab_size)]) / mean - 1
     print(f"{args.arch} Post-LN, {len(g)} networks (seeds {args.start}..{args.start + len(g) - 1}): median |error| "
           f"{np.median(np.abs(err)):.1%}, median Monte-Carlo s.e. {np.median(se / mean):.1%}, per-network log-std "
           f"{np.std(np.log(g[:, 0])):.2f}")

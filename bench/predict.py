@@ -1,4 +1,4 @@
-"""Benchmark `sigprop.theory.moments.predict`: a 1000-layer config in under a second.
+"""Benchmark `sigprop.models.predict`: a 1000-layer config in under a second.
 
     OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS.md
 
@@ -23,10 +23,10 @@ SIZE = {"arch": "decoder", "d_model": 256, "n_heads": 4, "n_layers": 1000, "max_
 def one(scheme: str, norm: str | None) -> float:
     """Seconds for one predict in this process."""
     from sigprop.models import ModelConfig
-    from sigprop.theory import moments
+    from sigprop.models import predict
     cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
     t = time.perf_counter()
-    moments.predict(cfg)
+    predict(cfg)
     return time.perf_counter() - t
 
 

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from sigprop.nn import ShapedReLU as ShapedReLUModule
-from sigprop.theory.moments import (Attention, Component, CrossAttention, Dropout, Embedding, ErrorRow, GeLU,
-                                    LayerNorm, Linear, Moments, PostNormResidual, ReLU, Residual,
-                                    RMSNorm, ShapedReLU, Softmax, attention_block, error_table, ffn_block,
-                                    format_error_table, serial, zipf_collision_probability)
+from moment_errors import ErrorRow, error_table, format_error_table
+from sigprop.theory.moments import (Attention, Component, CrossAttention, Dropout, Embedding, GeLU, LayerNorm, Linear,
+                                    Moments, PostNormResidual, ReLU, Residual, RMSNorm, ShapedReLU, Softmax,
+                                    attention_block, ffn_block, serial, zipf_collision_probability)
 
 DT = torch.float64
 Sim = Callable[[torch.Tensor, torch.Generator], torch.Tensor]   # (input, gen) -> output, differentiable

@@ -1,6 +1,8 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
+import dataclasses
 import inspect
 import math
+import statistics
 
 import pytest
 import torch
@@ -10,9 +12,9 @@ transformers = pytest.importorskip("transformers")
 
 import sigprop.hf as hf  # noqa: E402
 from sigprop import ModelConfig, build_model  # noqa: E402
-from sigprop.diagnostics import measure, token_correlation  # noqa: E402
-from sigprop.hf import moments  # noqa: E402
-from sigprop.schemes.dslm import activation_kernel, block_correlations  # noqa: E402
+from sigprop.diagnostics import measure  # noqa: E402
+from sigprop.schemes import dslm  # noqa: E402
+from sigprop.theory import gated  # noqa: E402
 
 V = 256
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -72,9 +74,9 @@ def test_gated_output_moment_matches_monte_carlo():
         y = (F.silu(a) * b) @ (torch.randn(d_ff, d, dtype=torch.float64) * math.sqrt(var_d))
         draws.append(y.square().mean().item())
     est = torch.tensor(draws)
-    want = moments.gated_output_moment(F.silu, d, d_ff, var_g, var_u, var_d, q)
+    want = gated.gated_output_moment(F.silu, d, d_ff, var_g, var_u, var_d, q)
     assert abs(est.mean().item() - want) < 4 * est.std().item() / math.sqrt(len(draws))
-    assert moments.gate_moment(F.silu) == pytest.approx(0.3557, abs=1e-4)
+    assert gated.gate_moment(F.silu) == pytest.approx(0.3557, abs=1e-4)
 
 
 @pytest.mark.parametrize("rho", [0.2, 0.8])
@@ -88,49 +90,97 @@ def test_gated_kernel_matches_monte_carlo(rho):
     h = F.silu(a) * b
     prod = h[:, 0] * h[:, 1]
     mc = prod.mean().item() / h[:, 0].square().mean().item()
-    assert moments.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
+    assert gated.gated_kernel(F.silu)(rho) == pytest.approx(mc, abs=5 * prod.std().item() / math.sqrt(n) / 0.36)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_softmax_collision_brackets_monte_carlo(causal):
-    """The ratio-of-expectations form over-estimates E[Σp²] by 0–15% (v ≤ 1), never under."""
-    g = torch.Generator().manual_seed(2)
-    t = 32
-    for var in (0.3, 1.0):
-        s = torch.randn(3000, t, t, generator=g, dtype=torch.float64) * math.sqrt(var)
-        if causal:
-            s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
-        mc = s.softmax(-1).square().sum(-1).mean().item()
-        assert mc * 0.995 <= moments.softmax_collision(t, causal, var) <= 1.15 * mc
+# --- DSLM at branch level: each attention and MLP branch output, before the residual scaling ---------
+
+BRANCHES = {"gpt2": r"transformer\.h\.\d+\.(attn|mlp)\.c_proj",
+            "llama": r"model\.layers\.\d+\.(self_attn\.o_proj|mlp\.down_proj)",
+            "bert": r"bert\.encoder\.layer\.\d+\.(attention\.output|output)\.dense",
+            "sigprop": r"stack\.blocks\.\d+\.(attn|mlp)\.fn"}
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_attention_correlations_match_one_layer_monte_carlo(causal):
-    """One random attention layer (σ² = 1/d for Q, K, V) on tokens with correlation r: output
-    variance = r_T (DSLM's r at L → ∞) within 12%, output token correlation = r_out within 0.05."""
-    g = torch.Generator().manual_seed(3)
-    d, heads, t, b = 128, 4, 32, 32
-    for r in (0.05, 0.3, 0.7):
-        var, corr = [], []
-        for _ in range(6):
-            x = math.sqrt(r) * torch.randn(b, 1, d, generator=g, dtype=torch.float64) \
-                + math.sqrt(1 - r) * torch.randn(b, t, d, generator=g, dtype=torch.float64)
-            q, k, v = ((x @ (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)))
-                       .view(b, t, heads, -1).transpose(1, 2) for _ in range(3))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            var.append(y.var().item())
-            corr.append(token_correlation(y.transpose(1, 2).reshape(b, t, d)))
-        r_t, r_out = moments.attention_correlations(r, t, causal, logit_var=1.0)
-        assert sum(var) / len(var) == pytest.approx(r_t, rel=0.12)
-        assert sum(corr) / len(corr) == pytest.approx(r_out, abs=0.05)
+def zipf_ids(batch: int, seq: int, seed: int) -> torch.Tensor:
+    """Token ids with P(k) ∝ 1/(k + 1) over the V ids (natural text's unigram law)."""
+    w = 1.0 / torch.arange(1, V + 1, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return torch.multinomial(w / w.sum(), batch * seq, replacement=True, generator=g).view(batch, seq)
 
 
-def test_block_correlations_reduce_to_dslm():
-    """Two tables, the plain-MLP kernel and L → ∞ give back DSLM's own recursion, exactly."""
-    cfg = ModelConfig(scheme="dslm", d_model=32, n_heads=4, n_layers=24, activation="relu", dropout=0.1)
-    ours = moments.block_correlations(cfg, "dec", 2, lambda r: activation_kernel("relu", r), None, True)
-    assert [r for r, _ in ours] == pytest.approx(block_correlations(cfg, "dec"), rel=1e-12)
-    assert all(r == r_t for r, r_t in ours)
+def dslm_model(family: str, d: int, seq: int | None, positions: int = 128) -> torch.nn.Module:
+    """48 layers under DSLM for sequences of ``seq`` tokens (None: ``apply``'s default, the model's positions)."""
+    if family.startswith("sigprop"):
+        arch = "decoder" if family == "sigprop-dec" else "encoder"
+        return build_model(ModelConfig(arch=arch, scheme="dslm", vocab_size=V, d_model=d, n_layers=48, n_heads=4,
+                                       d_ff=4 * d, max_seq_len=seq or positions))
+    size = {"gpt2": "n_positions", "bert": "max_position_embeddings", "llama": "max_position_embeddings"}[family]
+    model = MODELS[family](48, d=d, **{size: positions})
+    hf.apply(model, "dslm", seq_len=seq)
+    return model
+
+
+def branch_variances(family: str, d: int, seq: int | None, seeds: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """(attention, MLP): each branch's output variance on 8 Zipf sequences, hooked on the branch's last linear map
+    (before λx + βf(x)), averaged over one network per seed (a single network's branch fluctuates by ~2/√d)."""
+    runs = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = dslm_model(family, d, seq).eval()
+        records = measure(model, zipf_ids(8, seq or 128, seed + 1), blocks=BRANCHES[family.split("-")[0]])
+        runs.append([r.fwd_var for r in records])
+    mean = [sum(col) / len(col) for col in zip(*runs)]
+    return mean[0::2], mean[1::2]
+
+
+def assert_unit_branches(attn: list[float], mlp: list[float]) -> None:
+    for kind, v in (("attention", attn), ("mlp", mlp)):
+        assert 0.9 <= statistics.median(v) <= 1.1, (kind, statistics.median(v))
+        assert 0.7 <= min(v) and max(v) <= 1.4, (kind, min(v), max(v))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "sigprop-dec"])
+def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
+    """GPT-2 (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
+    finite-length V/O correction applied on top of a std that already holds one gives GPT-2 a first attention
+    branch of 0.19 and an attention median of 0.83 on these seeds."""
+    attn, mlp = branch_variances(family, 64, 32, (0, 1))
+    assert 0.7 <= attn[0] <= 1.4, attn[0]
+    assert_unit_branches(attn, mlp)
+
+
+def test_dslm_vo_init_is_the_schemes_rule_at_the_given_length():
+    """GPT-2 has sigprop's two tables and plain MLP, so its W_O is exactly the scheme's std for the mirror, which
+    attends over ``seq_len`` keys (the std at 16 and at 128 keys differ by ~25%, 20 standard errors)."""
+    torch.manual_seed(0)
+    model = gpt2(2, d=64, n_positions=128)
+    cfg = hf.apply(model, "dslm", seq_len=16)
+    assert cfg.max_seq_len == 16
+    w = model.transformer.h[1].attn.c_proj.weight
+    for seq, close in ((16, True), (128, False)):
+        want = dslm.vo_std(dataclasses.replace(cfg, max_seq_len=seq), dslm.block_correlations(
+            dataclasses.replace(cfg, max_seq_len=seq), "dec")[1][1])
+        assert (abs(w.std().item() / want - 1) < 5 / math.sqrt(2 * w.numel())) == close, (seq, w.std().item(), want)
+
+
+CAUSAL_EXCESS = ("causal stacks build position-dependent token correlations (late positions, averaging many shared "
+                 "keys, grow more alike than early ones) that the exchangeable recursion averages away; with LLaMA's "
+                 "single table (identical embeddings for repeated tokens) the attention median measured 1.1003 (T=16), "
+                 "1.18 (32), 1.21 (128 and None) at width 128, 4 networks (bench/hf_branches.py)")
+BERT_DEFICIT = ("BERT's attention branches measured median 0.87-0.88 at every length (width 128, 4 networks) while its "
+                "stream correlation follows the recursion to ~0.05: the Post-LN, three-table (shared token-type row) "
+                "stream is not yet modelled at branch level")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq", [16, 32, 128, None])
+@pytest.mark.parametrize("family", [
+    "gpt2", "sigprop-dec", "sigprop-enc",
+    pytest.param("llama", marks=pytest.mark.xfail(strict=True, reason=CAUSAL_EXCESS)),
+    pytest.param("bert", marks=pytest.mark.xfail(strict=True, reason=BERT_DEFICIT))])
+def test_dslm_branches_have_unit_variance_at_every_length(family, seq):
+    """Width 128, 48 layers, 4 networks per case; ``seq=None``: apply's default length (128 positions), fed 128."""
+    assert_unit_branches(*branch_variances(family, 128, seq, (0, 1, 2, 3)))
 
 
 # --- apply: DSLM keeps unit variance, generate() works -----------------------------------------
@@ -335,8 +385,20 @@ def test_unsupported_models_and_schemes_raise_clear_errors():
         hf.apply(gpt2(1), "deepnorm")
     with pytest.raises(ValueError, match="scheme must be one of"):
         hf.apply(gpt2(1), "preln")
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(ValueError, match="seq_len=16 is not used by scheme 'shaped'"):
         hf.apply(gpt2(1), "shaped", seq_len=16)
+    with pytest.raises(ValueError, match="seq_len must be a positive int"):
+        hf.apply(gpt2(1), "dslm", seq_len=0)
+    with pytest.raises(ValueError, match="argument k must be a finite number, got nan"):
+        hf.apply(gpt2(1), "dslm", k=float("nan"))
+    with pytest.raises(ValueError, match="argument c_plus must be a finite number, got inf"):
+        hf.apply(gpt2(1), "shaped", c_plus=float("inf"))
+    with pytest.raises(ValueError, match="shaping='learn' is not used by scheme 'dslm'"):
+        hf.apply(gpt2(1), "dslm", shaping="learn")
+    with pytest.raises(ValueError, match="tau0=0.5 is not used by scheme 'deepnorm'"):
+        hf.apply(bert(1), "deepnorm", tau0=0.5)
+    with pytest.raises(ValueError, match="shaping='recover' needs its .* schedule"):
+        hf.apply(gpt2(1), "shaped", shaping="recover")
     model = gpt2(1)
     hf.apply(model, "dslm")
     with pytest.raises(RuntimeError, match="already applied"):
@@ -355,7 +417,7 @@ def test_every_parameter_is_initialized_by_its_role():
     model = llama(2, d=64)
     hf.apply(model, "dslm")
     down = model.model.layers[0].mlp.down_proj.weight
-    assert down.var().item() == pytest.approx(1 / (192 * moments.gate_moment(F.silu)), rel=0.05)  # gated rule
+    assert down.var().item() == pytest.approx(1 / (192 * gated.gate_moment(F.silu)), rel=0.05)  # gated rule
     assert model.model.embed_tokens.weight.var().item() == pytest.approx(1.0, rel=0.05)         # 1 table
     model = gpt2(1)
     model.transformer.h[0].mlp.extra = torch.nn.Parameter(torch.ones(3, 3))

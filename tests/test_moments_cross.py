@@ -14,8 +14,9 @@ import torch
 
 from moments_mc import cross_attention_rows
 from sigprop.models import ModelConfig, build_model
-from sigprop.theory.moments import CrossAttention, Moments, PatchEmbedding, error_table
-from sigprop.theory.moments.predict import model_chain
+from moment_errors import error_table
+from sigprop.theory.moments import CrossAttention, Moments, PatchEmbedding
+from sigprop.models.predict import model_chain
 
 
 @pytest.fixture(scope="module")

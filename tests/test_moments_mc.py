@@ -12,7 +12,8 @@ from moments_mc import FAMILIES, Case, NotesLayerNorm, NotesSoftmax, family_rows
 
 import torch.nn.functional as F
 
-from sigprop.theory.moments import ErrorRow, LayerNorm, Moments, ReLU, Softmax, error_table, format_error_table
+from moment_errors import ErrorRow, error_table, format_error_table
+from sigprop.theory.moments import LayerNorm, Moments, ReLU, Softmax
 
 MEDIAN, P99, MAX_SE = 0.02, 0.10, 0.01
 

@@ -1,4 +1,4 @@
-"""moments.predict: the tabulated fast path against the exact quadrature, coverage of every scheme, and
+"""`sigprop.models.predict`: the tabulated fast path against the exact quadrature, coverage of every scheme, and
 whole models at init, predicted against `diagnostics.measure` (docs/moments.md §6).
 
 Model-level bar (the issue's): per-sublayer forward variance and gradient variance within 10% median
@@ -26,7 +26,7 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.records import Record
 from sigprop.theory import moments
 from sigprop.theory.moments import Attention, Moments
-from sigprop.theory.moments.predict import encoder_chain
+from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_pairs, exact_rows, functional_table
 
 BAR, SEEDS, BATCH = 0.10, 48, 1
@@ -72,7 +72,7 @@ def test_a_thousand_layer_postln_prediction_stays_finite() -> None:
     """bench/predict.py's config: at depth 1000 the late positions' gradient of a collapsed causal Post-LN
     stack underflows to 0; the per-position upstream shares (0/0 there) and every record stay finite."""
     cfg = ModelConfig(scheme="postln", d_model=256, n_heads=4, n_layers=1000, max_seq_len=128, vocab_size=50257)
-    records = moments.predict(cfg)
+    records = predict(cfg)
     assert all(math.isfinite(r.grad_var) and math.isfinite(r.fwd_var) for r in records)
 
 
@@ -97,7 +97,7 @@ def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str,
     torch.manual_seed(0)
     measured = measure(build_model(cfg).double(), random_batch(cfg, DiagnoseConfig(seq_len=8, batch=2)),
                        attention_stats=False)
-    predicted = moments.predict(cfg, seq_len=8)
+    predicted = predict(cfg, seq_len=8)
     assert [(r.stack, r.layer, r.sublayer) for r in predicted] == [(r.stack, r.layer, r.sublayer) for r in measured]
     assert all(r.source == "predicted" and r.fwd_var > 0 and r.grad_var > 0 and -1 <= r.token_corr <= 1
                for r in predicted)
@@ -108,7 +108,7 @@ def test_shaped_init_form_predicts_like_the_temperature_form(arch: str) -> None:
     """qk_scaling "init" (W_Q, W_K ~ N(0, n^-3/2), τ = τ₀√n_k) is the "temperature" form's function at init,
     so the predictions agree; the logit scale reaches the maps at the right size (not n× too small)."""
     base = dict(arch=arch, scheme="shaped", d_model=64, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=50)
-    init, temp = (moments.predict(ModelConfig(**base, qk_scaling=q), seq_len=16) for q in ("init", "temperature"))
+    init, temp = (predict(ModelConfig(**base, qk_scaling=q), seq_len=16) for q in ("init", "temperature"))
     for a, b in zip(init, temp):
         for field in ("fwd_var", "token_corr", "grad_var"):
             assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), (a.layer, a.sublayer, field)
@@ -119,9 +119,9 @@ def test_encdec_chain_is_the_decoder_reading_a_given_memory() -> None:
     (the encoder's output); without them it says so."""
     cfg = ModelConfig(arch="encdec", d_model=32, n_heads=2, n_layers=2, max_seq_len=8, vocab_size=50)
     with pytest.raises(ValueError, match="memory"):
-        moments.model_chain(cfg)
+        model_chain(cfg)
     memory = moments.serial(*encoder_chain(cfg)[1]).fwd(Moments(0.0, 1.0, 0.0))
-    labels, _ = moments.model_chain(cfg, memory=memory)
+    labels, _ = model_chain(cfg, memory=memory)
     assert [lab for lab in labels if lab] == [(layer, kind) for layer in (1, 2) for kind in ("attn", "cross", "mlp")]
 
 
@@ -155,7 +155,7 @@ def measured(name: str) -> tuple[np.ndarray, np.ndarray, list[Record]]:
         runs.append(measure(build_model(cfg).double(), ids, seed=seed, attention_stats=False))
     fwd = np.array([[r.fwd_var for r in rs] for rs in runs])
     grad = np.array([[r.grad_var for r in rs] for rs in runs])
-    return fwd, grad, moments.predict(cfg, token_collision=1 / cfg.vocab_size)
+    return fwd, grad, predict(cfg, token_collision=1 / cfg.vocab_size)
 
 
 def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
@@ -236,7 +236,7 @@ def test_dslm_backward_dip_is_predicted_and_bounded_in_depth(name: str) -> None:
     predicted_min = gradient_ratio(np.array([r.grad_var for r in pred])).min()
     assert abs(measured_min - predicted_min) < 0.1, (measured_min, predicted_min)
     scheme, norm = CONFIGS[name]
-    deep = [gradient_ratio(np.array([r.grad_var for r in moments.predict(
+    deep = [gradient_ratio(np.array([r.grad_var for r in predict(
         ModelConfig(scheme=scheme, norm=norm, **{**SIZE, "n_layers": n}), token_collision=1 / 256)])).min()
         for n in (192, 1000)]
     assert deep == pytest.approx([predicted_min] * 2, abs=0.01)

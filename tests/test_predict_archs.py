@@ -1,4 +1,4 @@
-"""moments.predict for the encoder–decoder and the ViT against `diagnostics.measure` (docs/moments.md §6).
+"""`sigprop.models.predict` for the encoder–decoder and the ViT against `diagnostics.measure` (docs/moments.md §6).
 
 Bar (the issue's): per-sublayer forward variance and gradient variance within 10% median relative error
 of the mean over independently initialized float64 networks, inputs as `sigprop diagnose` draws them
@@ -18,7 +18,7 @@ import torch
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model
 from sigprop.records import Record
-from sigprop.theory import moments
+from sigprop.models import predict
 
 BAR = 0.10
 SIZE = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_seq_len": 16, "vocab_size": 256}
@@ -46,7 +46,7 @@ def measured(arch: str, name: str) -> tuple[np.ndarray, np.ndarray, list[Record]
         runs.append(measure(build_model(cfg).double(), batch, seed=seed, attention_stats=False))
     fwd = np.array([[r.fwd_var for r in rs] for rs in runs])
     grad = np.array([[r.grad_var for r in rs] for rs in runs])
-    return fwd, grad, runs[0], moments.predict(cfg, token_collision=1 / cfg.vocab_size)
+    return fwd, grad, runs[0], predict(cfg, token_collision=1 / cfg.vocab_size)
 
 
 def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:

@@ -12,26 +12,15 @@ from .schemes import SCHEMES
 
 
 def depth_profile(cfg: ModelConfig, batch: int = 8, seed: int = 0) -> list[tuple[int, float, float]]:
-    """Measured (layer, stream variance, input-gradient variance) after every block at init.
+    """Measured (layer, stream variance, gradient variance) after every block at init (`diagnostics.measure`
+    with the blocks as selector: random tokens, random-projection loss; float64)."""
+    from .diagnostics import measure
+    from .nn.block import Block
 
-    Random tokens, loss = mean of logits·(fixed random direction); float64.
-    """
     torch.manual_seed(seed)
     model = build_model(cfg).double()
-    blocks = model.stack.blocks
-    outs: list[torch.Tensor] = []
-
-    def keep(module: torch.nn.Module, inputs: tuple, out: torch.Tensor) -> None:
-        out.retain_grad()
-        outs.append(out)
-
-    hooks = [b.register_forward_hook(keep) for b in blocks]
     ids = torch.randint(0, cfg.vocab_size, (batch, cfg.max_seq_len))
-    logits = model(ids)
-    (logits * torch.randn_like(logits)).mean().backward()
-    for h in hooks:
-        h.remove()
-    return [(i + 1, o.var().item(), o.grad.var().item()) for i, o in enumerate(outs)]
+    return [(r.layer, r.fwd_var, r.grad_var) for r in measure(model, ids, seed=seed, blocks=Block)]
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -77,9 +77,9 @@ def random_batch(cfg: ModelConfig, diag: DiagnoseConfig) -> Any:
 
 
 def _predicted(cfg: ModelConfig, diag: DiagnoseConfig) -> list[Record]:
-    from ..theory import moments
+    from ..models.predict import predict
     collision = 1.0 / cfg.vocab_size if diag.token_collision is None else diag.token_collision
-    return moments.predict(cfg, seq_len=diag.seq_len, token_collision=collision)
+    return predict(cfg, seq_len=diag.seq_len, token_collision=collision)
 
 
 def _write(out: Path, name: str, records: list[Record]) -> None:

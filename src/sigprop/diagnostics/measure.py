@@ -1,14 +1,20 @@
-"""Measure per-sublayer moments of any sigprop model with forward and backward hooks.
+r"""Measure per-sublayer moments of any torch model with forward and backward hooks.
 
 `measure(model, batch)` runs one forward and backward pass and returns one `Record` per
 sublayer output (and the embedding output as layer 0): mean, variance, token correlation,
 gradient variance, the stable rank of the token matrix, and for attention sublayers the
 softmax entropy and largest logit. The default loss is ⟨output, G⟩ with G ~ N(0, 1) fixed by
 ``seed``, so ∂loss/∂output has unit variance, the starting point of the theory's backward maps.
+
+On a model that is not a sigprop model, ``blocks`` names the modules to measure (as mup's
+coordinate check does on any model): a module class (or tuple of classes), a regular expression
+matched against the qualified module names (``r"transformer\.h\.\d+"``), or a predicate
+``(name, module) -> bool``. Their outputs (the first element of a tuple output) are the records.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import re
+from typing import Any, Callable, Union
 
 import torch
 from torch import nn
@@ -16,6 +22,27 @@ from torch import nn
 from ..nn import Attention, Sublayer
 from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
+
+
+Selector = Union[type, tuple, str, Callable[[str, nn.Module], bool]]
+
+
+def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
+    """(qualified name, module) of every submodule of ``model`` that ``blocks`` selects, in `named_modules` order."""
+    if isinstance(blocks, str):
+        pattern = re.compile(blocks)
+        keep = lambda name, m: pattern.fullmatch(name) is not None       # noqa: E731
+    elif isinstance(blocks, (type, tuple)):
+        keep = lambda name, m: isinstance(m, blocks)                      # noqa: E731
+    elif callable(blocks):
+        keep = blocks
+    else:
+        raise ValueError(f"measure: blocks must be a module class, a tuple of them, a regular expression or a "
+                         f"callable (name, module) -> bool; got {blocks!r}")
+    chosen = [(name, m) for name, m in model.named_modules() if name and keep(name, m)]
+    if not chosen:
+        raise ValueError(f"measure: blocks={blocks!r} selects no submodule of {type(model).__name__}")
+    return chosen
 
 
 def random_projection_loss(out: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -40,23 +67,34 @@ def _attention_stats(attn: Attention, args: tuple, kwargs: dict) -> tuple[float,
 
 
 def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-            seed: int = 0, attention_stats: bool = True) -> list[Record]:
+            seed: int = 0, attention_stats: bool = True, blocks: Selector | None = None) -> list[Record]:
     """Per-sublayer records of ``model`` on ``batch`` (a tensor, a tuple of args or a dict of kwargs).
 
-    Modules are found by type: every `Sublayer` (its ``site`` names stack/layer/kind) and the
-    model's ``embed`` module. Gradients are taken w.r.t. each output; parameters' ``.grad`` are
-    left untouched (restored after the pass).
+    Without ``blocks``, modules are found by type: every sigprop `Sublayer` (its ``site`` names
+    stack/layer/kind) and the model's ``embed`` module. With ``blocks`` (module docstring), the
+    selected modules in order: record i (1-based ``layer``) is the i-th selected module, ``sublayer``
+    its class name, ``stack`` "model"; no attention statistics. The model's output may be a tensor or
+    carry one as ``.logits``/``.last_hidden_state`` or first tuple entry. Gradients are taken w.r.t.
+    each output; parameters' ``.grad`` are left untouched (restored after the pass).
     """
     outputs: dict[tuple, torch.Tensor] = {}
     attn_stats: dict[tuple, tuple[float, float]] = {}
     hooks = []
 
     def keep(key: tuple) -> Callable:
-        def hook(module: nn.Module, inputs: tuple, out: torch.Tensor) -> None:
-            if key not in outputs:                   # a shared embedding reports its first call
-                out.retain_grad()
+        def hook(module: nn.Module, inputs: tuple, out: Any) -> None:
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            if key not in outputs and isinstance(out, torch.Tensor):     # a shared embedding reports its first call
+                if out.requires_grad:
+                    out.retain_grad()
                 outputs[key] = out
         return hook
+
+    if blocks is not None:
+        for i, (name, m) in enumerate(select(model, blocks)):
+            hooks.append(m.register_forward_hook(keep(("model", i + 1, type(m).__name__))))
+        backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
+        return records_from(outputs, attn_stats)
 
     def attn_hook(key: tuple) -> Callable:
         def hook(module: Attention, args: tuple, kwargs: dict) -> None:
@@ -82,13 +120,21 @@ def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,
     remove ``hooks`` and give every parameter back the ``.grad`` it had."""
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
-        out = forward()
+        out = output_tensor(forward())
         (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
     finally:
         for h in hooks:
             h.remove()
         for p, g in saved_grads.items():
             p.grad = g
+
+
+def output_tensor(out: Any) -> torch.Tensor:
+    """The tensor a model returned: itself, its ``logits`` or ``last_hidden_state``, or the first tuple entry."""
+    for name in ("logits", "last_hidden_state"):
+        if getattr(out, name, None) is not None:
+            return getattr(out, name)
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 def records_from(outputs: dict[tuple[str, int, str], torch.Tensor],

@@ -4,7 +4,7 @@
    without LayerNorm, Pre-LN and shaped attention, finite networks with the covariance SDE overlaid
    (`shaped_figs.fig1`).
 2. Moments at initialization (DeepScaleLM): standard init vs DSLM, Pre-LN and Post-LN decoders of depth
-   96, measured per sublayer and predicted by `theory.moments.predict` (`dslm_moments.run`).
+   96, measured per sublayer and predicted by `sigprop.models.predict` (`dslm_moments.run`).
 3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model and a DSLM model of the
    same size, trained for the same steps on the embedded corpus (causal LM); validation loss curves.
 

@@ -1,5 +1,5 @@
 """DeepScaleLM's signal-propagation figures at CPU scale: Pre-LN and Post-LN, standard init vs DSLM,
-measured per sublayer at init and overlaid with `sigprop.theory.moments.predict`.
+measured per sublayer at init and overlaid with `sigprop.models.predict`.
 
 Claims checked (DeepScaleLM §3, notes/dslm-formulas.md §1.9): standard Pre-LN forward variance grows
 linearly with depth; standard Post-LN gradients grow geometrically toward the output; with DSLM the
@@ -112,7 +112,7 @@ def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, 
 
     ``quick``: depth 4, width 32, seq 8, two seeds (a smoke run). Returns the summary per configuration.
     """
-    from ..theory import moments
+    from ..models.predict import predict
     if quick:
         depth, width, seq, seeds = 4, 32, 8, range(2)
     seeds = list(seeds)
@@ -127,7 +127,7 @@ def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, 
     for name, (scheme, norm) in CONFIGS.items():
         cfg = ModelConfig(scheme=scheme, norm=norm, d_model=width, n_heads=HEADS, n_layers=depth, max_seq_len=seq,
                           vocab_size=VOCAB)
-        pred = moments.predict(cfg, token_collision=1 / VOCAB)
+        pred = predict(cfg, token_collision=1 / VOCAB)
         samples = measure_seeds(cfg, seeds, progress=progress)
         meas = mean_records(pred, samples)
         summary[name] = summarize(pred, samples)

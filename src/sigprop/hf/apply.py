@@ -8,10 +8,12 @@ gain on top of the scheme's std:
 * embeddings: the schemes assume `TokenEmbedding.n_tables` = 2 summed tables; a family with T
   tables gets gain √(2/T) (unit stream variance), and the tied-logit scale √(T/2) to match;
 * gated MLP (LLaMA): W_down gets gain √(m₂(mirror activation)/m₂(gate)), which turns the
-  scheme's d_ff·σ_down²·m₂ = const into the gated form of `moments.gated_output_moment`;
-* DSLM V/O: gain (r_l / r_T,l)^{1/4} on W_V and W_O, r_l the scheme's input correlation and r_T,l
-  that of `moments.block_correlations` (the family's tables and MLP kernel, and attention over
-  ``seq_len`` keys); 1 for GPT-2/BERT with ``seq_len=None``, where both recursions coincide.
+  scheme's d_ff·σ_down²·m₂ = const into the gated form of `sigprop.theory.gated.gated_output_moment`;
+* DSLM V/O: gain (G_l / G'_l)^{1/4} on W_V and W_O, where the scheme's std divides by the attention
+  gain G_l of its own depth recursion (two tables, plain MLP) and G'_l is the gain of the same recursion
+  (`sigprop.schemes.dslm.correlations`) with the family's tables and MLP kernel: 1 for GPT-2 and BERT.
+  Both run over the mirror's ``max_seq_len`` keys: ``seq_len`` when given, else the family's number of
+  positions.
 
 Residual scaling. HF blocks write their residual adds as ``x + g`` inside ``forward``. A pre-hook
 on the module that receives the skip x keeps x; a hook on the branch returns Residual(x, g) − x =
@@ -21,8 +23,9 @@ way. α, β live in a `sigprop.nn.Residual` registered on the block (in its ``st
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -34,12 +37,18 @@ from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
 from .bert import Bert
 from .gpt2 import GPT2
 from .llama import Llama
-from .moments import block_correlations, gate_moment, gated_kernel
+from ..theory.gated import gate_moment, gated_kernel
 from .shaped import NAME, ShapedMix, register
 
 FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
 SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
 SCHEMES = ("dslm", "shaped", "deepnorm")
+# arguments of `apply` each scheme reads; a non-default value of any other is refused
+USES = {"dslm": ("gamma", "k", "r0", "seq_len", "learn_residual"),
+        "shaped": ("gamma", "tau0", "c_plus", "c_minus", "shaping", "learn_residual"),
+        "deepnorm": ("learn_residual",)}
+DEFAULTS = dict(gamma=None, k=2.0, r0=None, tau0=1.0, c_plus=0.0, c_minus=-1.0, shaping="fixed",
+                learn_residual=False, seq_len=None)
 
 
 def family_of(model: nn.Module) -> Family:
@@ -81,28 +90,50 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
     r0: DSLM embedding token correlation (None → Zipf estimate). tau0, c_plus, c_minus, shaping:
     shaped attention temperature τ₀, shaped-ReLU c±, and "fixed" | "recover" | "learn" γ₁/γ₂/s₋.
     learn_residual: train λ, β. seq_len: DSLM only, the sequence length T the V/O rule is made
-    for (None → DSLM's L → ∞ limit; short and causal sequences need it). reinit=False re-attaches
+    for (None → the model's number of positions; give the training length, short and causal
+    sequences need it). Arguments the scheme does not read must keep their defaults. reinit=False re-attaches
     the forward changes only (e.g. before ``load_state_dict`` of a model saved after `apply`).
     Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``;
     ``model.sigprop_exact_mirror`` says whether the mirrored sigprop model has the same init law
-    (then `sigprop.theory.moments.predict` describes it).
+    (then `sigprop.models.predict` describes it).
     """
     if getattr(model, "sigprop_config", None) is not None:
         raise RuntimeError("sigprop.hf.apply was already applied to this model")
-    if seq_len is not None and (scheme != "dslm" or seq_len < 1):
-        raise ValueError(f"seq_len (a positive int) is used only by scheme 'dslm', got {seq_len!r} with {scheme!r}")
+    _check_arguments(scheme, dict(gamma=gamma, k=k, r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
+                                  shaping=shaping, learn_residual=learn_residual, seq_len=seq_len))
     family = family_of(model)
     cfg = mirror_config(model, scheme, gamma=gamma, k=k, r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
                         shaping=shaping, learn_residual=learn_residual)
+    if seq_len is not None:
+        cfg = dataclasses.replace(cfg, max_seq_len=seq_len)
     if scheme == "shaped":
         _shape(model, family, cfg)
     if reinit:
-        initialize(model, family, cfg, seq_len)
+        initialize(model, family, cfg)
     _scale_residuals(model, family, cfg)
     _scale_tied_logits(model, family, cfg)
     model.sigprop_config = cfg
-    model.sigprop_exact_mirror = family.exact_mirror and seq_len is None
+    model.sigprop_exact_mirror = family.exact_mirror
     return cfg
+
+
+def _check_arguments(scheme: str, given: dict[str, Any]) -> None:
+    """Refuse non-finite numbers, a non-positive ``seq_len``, ``shaping="recover"``, and non-default values of
+    arguments ``scheme`` does not read (they would be silently ignored)."""
+    if scheme not in USES:
+        raise ValueError(f"sigprop.hf.apply scheme must be one of {SCHEMES}, got {scheme!r}")
+    for name, value in given.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"sigprop.hf.apply argument {name} must be a finite number, got {value!r}")
+        if value != DEFAULTS[name] and name not in USES[scheme]:
+            raise ValueError(f"sigprop.hf.apply argument {name}={value!r} is not used by scheme {scheme!r} "
+                             f"(it reads {USES[scheme]}); leave it at its default {DEFAULTS[name]!r}")
+    seq_len = given["seq_len"]
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
+        raise ValueError(f"sigprop.hf.apply argument seq_len must be a positive int or None, got {seq_len!r}")
+    if given["shaping"] == "recover":
+        raise ValueError("sigprop.hf.apply argument shaping='recover' needs its γ₁/γ₂/s₋ schedule stepped by a "
+                         "training loop, which sigprop.hf does not run: use shaping='fixed' or 'learn'")
 
 
 def _shape(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
@@ -140,7 +171,7 @@ def _head_pieces(model: nn.Module, seen: dict[int, int]) -> Iterator[Piece]:
 
 
 @torch.no_grad()
-def initialize(model: nn.Module, family: Family, cfg: ModelConfig, seq_len: int | None = None) -> dict[str, int]:
+def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, int]:
     """Initialize every parameter of ``model`` from its role (bias 0, norm 1, else N(0, (gain·std)²),
     gains in the module docstring). Every element of every parameter must be covered exactly once;
     returns counts per role.
@@ -151,7 +182,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig, seq_len: int 
     parent, name = family.act_slots(model.base_model)[0]
     act = getattr(parent, name)
     gate_gain = math.sqrt(dslm.second_moment(cfg.activation) / gate_moment(act)) if family.gated else 1.0
-    vo_gain = _vo_gains(cfg, family, stack, act, seq_len) if cfg.scheme == "dslm" else None
+    vo_gain = _vo_gains(cfg, family, stack, act) if cfg.scheme == "dslm" else None
 
     def gain(piece: Piece) -> float:
         if piece.role in ("embed", "pos"):
@@ -186,14 +217,12 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig, seq_len: int 
     return counts
 
 
-def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module, seq_len: int | None) -> list[float]:
-    """(r_l / r_T,l)^{1/4} per block: the scheme's V/O std assumes r_l, `moments.block_correlations` gives r_T,l."""
-    scheme = get_scheme(cfg.scheme)
-    sq, sk = (scheme.std(cfg, ParamInfo(r, stack, 0, (cfg.d_model, cfg.d_model))) for r in ("q", "k"))
-    logit_var = (cfg.d_model * sq * sq) * (cfg.d_model * sk * sk)          # Var(q·k/√d_head), unit inputs
+def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module) -> list[float]:
+    """(G_l / G'_l)^{1/4} per block (module docstring): the scheme's recursion against the family's."""
     kernel = gated_kernel(act) if family.gated else (lambda r: dslm.activation_kernel(cfg.activation, r))
-    ours = block_correlations(cfg, stack, family.n_tables, kernel, seq_len, cfg.arch == "decoder", logit_var)
-    return [(r / r_t) ** 0.25 for r, (_, r_t) in zip(dslm.block_correlations(cfg, stack), ours)]
+    ours = dslm.correlations(cfg, stack, dslm.embedding_pairs(cfg, family.n_tables, family.shared_tables), kernel)
+    return [dslm.vo_std(cfg, g_ours) / dslm.vo_std(cfg, g)
+            for (_, g), (_, g_ours) in zip(dslm.block_correlations(cfg, stack), ours)]
 
 
 def _scale_residuals(model: nn.Module, family: Family, cfg: ModelConfig) -> None:

@@ -84,6 +84,7 @@ class Family(ABC):
     model_types: ClassVar[tuple[str, ...]]   # HF ``config.model_type`` values handled
     placement: ClassVar[str]                 # "pre" | "post": where the blocks' norms sit
     n_tables: ClassVar[int]                  # embedding tables summed into the stream
+    shared_tables: ClassVar[int] = 0         # of which one row is added at every position (BERT's token type)
     gated: ClassVar[bool] = False            # MLP is φ(x W_gate) ⊙ (x W_up) W_down; "shaped" keeps its φ
     exact_mirror: ClassVar[bool] = False     # the mirrored sigprop model has the same init law (for predict)
 

@@ -16,6 +16,7 @@ class Bert(Family):
     model_types = ("bert",)
     placement = "post"
     n_tables = 3                                   # word + position + token type
+    shared_tables = 1                              # token type 0 at every position (single-segment input)
 
     def mirror(self, config: Any) -> dict[str, Any]:
         if config.add_cross_attention:

@@ -66,12 +66,12 @@ def _recording_attention(model: nn.Module) -> Iterator[dict[nn.Module, tuple[flo
 
 
 def _predicted(model: nn.Module, batch: Any) -> list[Record] | None:
-    """`sigprop.theory.moments.predict` for the mirrored config, if `apply` found the mirror exact,
+    """`sigprop.models.predict` for the mirrored config, if `apply` found the mirror exact,
     with the batch's own token-collision probability Σ_v (n_v/N)²."""
     if not getattr(model, "sigprop_exact_mirror", False):
         return None
     try:
-        from ..theory.moments.predict import predict
+        from ..models.predict import predict
     except ImportError:
         return None
     ids = batch["input_ids"] if isinstance(batch, dict) else batch
@@ -86,9 +86,9 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     One forward and backward pass; the loss is ``loss_fn(out)`` or ⟨out, G⟩ with G ~ N(0, 1)
     (`random_projection_loss`), out = the logits (or last hidden state). Parameters' ``.grad`` are
     left untouched. ``plot``: write a PNG of the measured curves with `plot_records`, and the
-    predicted ones where `sigprop.theory.moments.predict` exists and `apply` found the mirrored
-    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2 without ``seq_len``); else the
-    title says "measured only".
+    predicted ones where `sigprop.models.predict` exists and `apply` found the mirrored
+    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror attends over ``seq_len``
+    keys); else the title says "measured only".
     """
     family = family_of(model)
     blocks = family.blocks(model.base_model)

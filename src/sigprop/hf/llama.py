@@ -3,7 +3,7 @@
 Block: x ← x + attn(N₁(x));  x ← x + W_d(φ(W_g N₂(x)) ⊙ W_u N₂(x));  final ``norm``. RoPE rotates
 each query and key by a position-dependent orthogonal map, so |q|, |k| and, for independent
 Gaussian weights, the law of every logit q·k are unchanged: the Q/K/V/O rules of a scheme apply
-as they are. Only the gated MLP needs a new rule (`sigprop.hf.moments.gated_output_moment`).
+as they are. Only the gated MLP needs a new rule (`sigprop.theory.gated.gated_output_moment`).
 
 Scheme ``shaped`` drops the attention RMSNorm and the final norm but keeps the RMSNorm in front of
 the gated MLP, and its SiLU gate: φ(a)·b is homogeneous of degree 2 in x (for ReLU-like φ), so
@@ -29,7 +29,7 @@ class Llama(Family):
 
     def mirror(self, config: Any) -> dict[str, Any]:
         # activation "gelu": the smooth-activation rules of the schemes give unit gate/up pre-activations
-        # (σ² = 1/d); apply() then corrects W_down from m₂(GeLU) to the gate's m₂ (moments.gated_output_moment).
+        # (σ² = 1/d); apply() then corrects W_down from m₂(GeLU) to the gate's m₂ (`sigprop.theory.gated.gated_output_moment`).
         return dict(arch="decoder", vocab_size=config.vocab_size, d_model=config.hidden_size,
                     n_layers=config.num_hidden_layers, n_heads=config.num_attention_heads,
                     d_ff=config.intermediate_size, max_seq_len=config.max_position_embeddings,

@@ -6,7 +6,7 @@ there swaps only the mixing step for `sigprop.nn.ShapedAttention`'s fused form
 
     A V = γ₁ V + Softmax(Q Kᵀ/τ + mask) V − γ₂ C V,     τ = τ₀ √(n · n_k),
 
-with C V the (cumulative) masked mean of V (`sigprop.nn.shaped_attention.masked_mean`), so the
+with C V the (cumulative) masked mean of V (`sigprop.nn.shaped_attention.Shaping.shape`), so the
 model keeps its forward signature, KV cache and ``generate()``. With a cache the T queries are the
 last T of the S keys (``DynamicCache``): identity and C rows are the last T rows. The model's own
 ``scaling`` is ignored (τ replaces it); attention dropout acts on the Softmax term only.
@@ -19,36 +19,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn.shaped_attention import SHAPING_MODES, masked_mean
+from ..nn.shaped_attention import Shaping
 
 NAME = "sigprop_shaped"
 
 
-class ShapedMix(nn.Module):
-    """γ₁, γ₂ per head (fixed buffers, or trainable for ``mode="learn"``) and τ₀ of one attention module."""
+class ShapedMix(Shaping, nn.Module):
+    """τ₀ and `Shaping`'s γ₁, γ₂ per head (fixed buffers, or trainable for ``mode="learn"``) of one HF attention
+    module; the mixing step is `Shaping.shape`, the one `sigprop.nn.ShapedAttention` runs."""
 
     def __init__(self, n_heads: int, d_model: int, causal: bool, tau0: float = 1.0, gamma1: float = 1.0,
                  gamma2: float = 1.0, mode: str = "fixed") -> None:
         super().__init__()
-        if mode not in SHAPING_MODES:
-            raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
-        self.d_model, self.causal, self.tau0, self.mode = d_model, causal, tau0, mode
-        g1, g2 = torch.full((n_heads,), float(gamma1)), torch.full((n_heads,), float(gamma2))
-        if mode == "learn":
-            self.gamma1, self.gamma2 = nn.Parameter(g1), nn.Parameter(g2)
-        else:
-            self.register_buffer("gamma1", g1)
-            self.register_buffer("gamma2", g2)
+        self.d_model, self.causal, self.tau0 = d_model, causal, tau0
+        self.init_shaping(n_heads, gamma1, gamma2, mode)
 
     def scale(self, d_head: int) -> float:
         """1/τ = 1/(τ₀ √(n · n_k))."""
         return 1.0 / (self.tau0 * math.sqrt(self.d_model * d_head))
-
-    @torch.no_grad()
-    def set_shape(self, gamma1: float, gamma2: float) -> None:
-        """Set γ₁, γ₂ for every head (the Recover schedule drives both to 0)."""
-        self.gamma1.fill_(gamma1)
-        self.gamma2.fill_(gamma2)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 dropout: float = 0.0) -> torch.Tensor:
@@ -61,8 +49,7 @@ class ShapedMix(nn.Module):
         key_mask = None if mask is None else padding_of(mask, self.causal)           # (B, S)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and self.causal and t > 1,
                                            scale=self.scale(q.shape[-1]), dropout_p=dropout)
-        g1, g2 = (g.to(v.dtype).view(1, -1, 1, 1) for g in (self.gamma1, self.gamma2))
-        return y + g1 * v[..., s - t:, :] - g2 * masked_mean(v, self.causal, key_mask)[..., -t:, :]
+        return self.shape(y, v, self.causal, key_mask)
 
 
 def padding_of(mask: torch.Tensor, causal: bool) -> torch.Tensor:

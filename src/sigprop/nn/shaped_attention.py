@@ -41,30 +41,17 @@ def masked_mean(v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) ->
     return (v * w).sum(-2, keepdim=True) / w.sum(-2, keepdim=True).clamp_min(1.0)
 
 
-class ShapedAttention(Attention):
-    """Multi-head shaped attention; drop-in for `Attention`.
+class Shaping:
+    """γ₁, γ₂ per head and the fused mixing step: the shaping logic `ShapedAttention` and `sigprop.hf`'s
+    attention adapter share. The host module calls `init_shaping` in its ``__init__``."""
 
-    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
-    qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
-    "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
-    N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the
-    logits move n^{1/4} times more with "init" (to first order in the lr: the same ΔW, a √n larger logit
-    scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K learning rate.
-    """
+    identity: bool
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
-                 gamma1: float = 1.0, gamma2: float = 1.0, mode: str = "fixed",
-                 identity: bool = True, bias: bool = False, qk_scaling: str = "temperature") -> None:
-        if tau0 <= 0:
-            raise ValueError(f"tau0 must be > 0, got {tau0}")
+    def init_shaping(self, n_heads: int, gamma1: float, gamma2: float, mode: str, identity: bool = True) -> None:
+        """γ₁ (0 without ``identity``), γ₂: trainable for ``mode="learn"`` (role "constant"), else buffers."""
         if mode not in SHAPING_MODES:
             raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
-        if qk_scaling not in QK_SCALINGS:
-            raise ValueError(f"qk_scaling must be one of {QK_SCALINGS}, got {qk_scaling!r}")
-        d_head = d_model // max(n_heads, 1)
-        tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
-        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau)
-        self.tau0, self.identity, self.mode = tau0, identity, mode
+        self.identity, self.mode = identity, mode
         for name, value, used in (("gamma1", gamma1, identity), ("gamma2", gamma2, True)):
             g = torch.full((n_heads,), float(value) if used else 0.0)
             if mode == "learn" and used:         # an unused Parameter would break DDP
@@ -83,12 +70,42 @@ class ShapedAttention(Attention):
     def _g(self, g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return g.to(like.dtype).view(1, -1, 1, 1)                           # (1, H, 1, 1)
 
+    def shape(self, y: torch.Tensor, v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) -> torch.Tensor:
+        """γ₁ V + y − γ₂ C V for y = Softmax(QKᵀ/τ + mask) V: y (B, H, T, dh), v (B, H, S, dh). With T < S
+        (a KV cache) the queries are the last T keys: the identity and C terms take the last T rows."""
+        t, s = y.shape[-2], v.shape[-2]
+        y = torch.addcmul(y, self._g(self.gamma2, v), masked_mean(v, causal, key_mask)[..., -t:, :], value=-1.0)
+        return torch.addcmul(y, self._g(self.gamma1, v), v[..., s - t:, :]) if self.identity else y
+
+
+class ShapedAttention(Shaping, Attention):
+    """Multi-head shaped attention; drop-in for `Attention`.
+
+    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
+    qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
+    "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
+    N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the
+    logits move n^{1/4} times more with "init" (to first order in the lr: the same ΔW, a √n larger logit
+    scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K learning rate.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
+                 gamma1: float = 1.0, gamma2: float = 1.0, mode: str = "fixed",
+                 identity: bool = True, bias: bool = False, qk_scaling: str = "temperature") -> None:
+        if tau0 <= 0:
+            raise ValueError(f"tau0 must be > 0, got {tau0}")
+        if qk_scaling not in QK_SCALINGS:
+            raise ValueError(f"qk_scaling must be one of {QK_SCALINGS}, got {qk_scaling!r}")
+        d_head = d_model // max(n_heads, 1)
+        tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
+        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau)
+        self.tau0 = tau0
+        self.init_shaping(n_heads, gamma1, gamma2, mode, identity)
+
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:
         """A V = γ₁ V + Softmax(QKᵀ/τ + mask) V − γ₂ C V, (B, H, T, dh)."""
-        y = torch.addcmul(super().mix(q, k, v, key_mask), self._g(self.gamma2, v),
-                          masked_mean(v, self.causal, key_mask), value=-1.0)
-        return torch.addcmul(y, self._g(self.gamma1, v), v) if self.identity else y
+        return self.shape(super().mix(q, k, v, key_mask), v, self.causal, key_mask)
 
     def attention_matrix(self, x: torch.Tensor, kv: torch.Tensor | None = None,
                          key_mask: torch.Tensor | None = None) -> torch.Tensor:

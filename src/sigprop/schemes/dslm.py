@@ -7,26 +7,27 @@ Invariant: if x and f(x) have unit variance, so does every sublayer output.
 Init (all N(0, σ²), p = dropout, d = d_model, T = 2 summed embedding tables):
   embeddings      σ² = (1−p)/T                         unit variance after embedding dropout
   Q, K            σ² = 1/d
-  V, O            σ² = √((1−p)/G_l)/d                  d²σ_v²σ_o² G_l/(1−p) = 1, G_l = `attention_gain`
+  V, O            σ² = √((1−p)/G_l)/d                  d²σ_v²σ_o² G_l/(1−p) = 1
   FFN, ReLU-like  σ₁² = σ₂² = √((1−p)/(m₂ d d_ff))      d_ff d σ₁²σ₂² m₂/(1−p) = 1
   FFN, GeLU       σ₁² = 1/d, σ₂² = (1−p)/(m₂ d_ff)      same product; unit pre-activation variance
 with m₂ = E[φ(g)²], g ~ N(0,1) (½ for ReLU, 1 for shaped ReLU). For d_ff = 4d and ReLU this is
-the authors' √((1−p)/2)/d. G_l → r_l for long bidirectional sequences, the authors' V/O init;
-at finite (and causal) length G_l adds the token-specific part the authors' limit drops. r_l, the input token correlation of block l, follows the authors'
-recursion: r₀ = (1−p)·r_emb; attention block output correlation 1−p; FFN block output
-correlation (1−p)·κ(r) with κ the normalized activation kernel; residual mix r ← λ²r + β²r_f.
-r_emb = P(two positions hold the same token)/T under a Zipf unigram law, 0 for a ViT (patches of
-independent pixels; real images are correlated: set ``dslm_r0``), which also attends over its
-1 + (image/patch)² tokens rather than max_seq_len (`ModelConfig.n_tokens`).
+the authors' √((1−p)/2)/d. G_l is the attention gain at the input token correlation r_l of block l
+over ``n_tokens`` keys (causal in a decoder stack), and r_l follows the authors' depth recursion with
+the finite-length attention output correlation: both from `sigprop.theory.dslm`, whose G → r_l for long
+bidirectional sequences (the authors' V/O init) and adds the token-specific part at finite and causal
+length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the same token)/T under a Zipf unigram law,
+0 for a ViT (patches of independent pixels; real images are correlated: set ``dslm_r0``), which also
+attends over its 1 + (image/patch)² tokens rather than max_seq_len (`ModelConfig.n_tokens`).
 """
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from ..theory import dslm as theory_dslm
 from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel
 from ..theory.moments.embedding import zipf_collision_probability
 from .base import ParamInfo, Scheme, Site, stack_layers, sublayers_per_block
@@ -52,41 +53,39 @@ def second_moment(activation: str) -> float:
     return gaussian_moment(lambda x: torch.nn.functional.gelu(x) ** 2)
 
 
-def attention_gain(r: float, seq_len: int, causal: bool) -> float:
-    """G = E|Σ_j a_ij v_j|²/(d σ_v² σ²) for one attention row at init, averaged over rows.
+def embedding_pairs(cfg: Any, n_tables: int = 2, shared: int = 0) -> tuple[tuple[float, float], ...]:
+    """(weight, correlation) of the token pairs after the embeddings (``n_tables`` summed tables, ``shared`` of
+    them one row for every position, e.g. BERT's token type) and dropout: under a Zipf unigram law a fraction
+    P(same token) of pairs share their token row, correlation (1−p)(1 + S)/T, the others (1−p)S/T (mean
+    r₀ = (1−p)·r_emb); ``dslm_r0`` and a ViT (0) give one population."""
+    p = cfg.dropout
+    if cfg.dslm_r0 is not None:
+        return ((1.0, cfg.dslm_r0 * (1 - p)),)
+    if cfg.arch == "vit":
+        return ((1.0, 0.0),)
+    same = zipf_collision_probability(cfg.vocab_size)
+    return (same, (1 - p) * (1 + shared) / n_tables), (1 - same, (1 - p) * shared / n_tables)
 
-    With tokens x_j of variance σ² and correlation r, given the softmax row a_i,
-    E|Σ_j a_ij v_j|² ∝ Σ_jk a_ij a_ik ρ_jk = r (Σ_j a_ij)² + (1−r) Σ_j a_ij² = r + (1−r) S_i.
-    With Q, K ~ N(0, 1/d) the logits of row i vary over its n_i keys with variance β² = 1−r
-    (only the token-specific part of k_j varies), and for i.i.d. N(0, β²) logits the softmax
-    has S_i = E Σ_j a_ij² ≈ n·E[e^{2z}]/(n E[e^z])² = e^{β²}/n_i (log-normal), capped at 1
-    (n_i = 1 gives S = 1 exactly). n_i = seq_len, or i for causal rows. Hence
-    G = r + (1−r)·mean_i min(1, e^{1−r}/n_i) → r as seq_len → ∞ without a causal mask.
-    """
-    e = math.exp(1.0 - r)
-    if not causal:
-        return r + (1.0 - r) * min(1.0, e / seq_len)
-    k = min(seq_len, math.floor(e))          # rows n_i ≤ e^{1−r} are capped at 1
-    tail = sum(1.0 / n for n in range(k + 1, seq_len + 1))
-    return r + (1.0 - r) * (k + e * tail) / seq_len
+
+def correlations(cfg: Any, stack: str, pairs: tuple[tuple[float, float], ...],
+                 ffn_kernel: Callable[[float], float]) -> tuple[tuple[float, float], ...]:
+    """(r_l, G_l) of every block of ``stack``: `sigprop.theory.dslm.block_correlations` over ``cfg``'s
+    ``n_tokens`` keys (causal in a decoder stack) from the embedding ``pairs`` with the MLP kernel ``ffn_kernel``."""
+    lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
+    return theory_dslm.block_correlations(pairs, stack_layers(cfg, stack), lam, beta, cfg.dropout, cfg.n_tokens,
+                                          stack == "dec", cfg.d_model, cfg.n_heads, ffn_kernel,
+                                          attentions=sublayers_per_block(cfg, stack) - 1)
 
 
 @lru_cache(maxsize=64)
-def block_correlations(cfg: Any, stack: str) -> tuple[float, ...]:
-    """Predicted input token correlation r_l of every block of ``stack`` (the authors' recursion)."""
-    p = cfg.dropout
-    if cfg.dslm_r0 is not None:
-        r = cfg.dslm_r0 * (1 - p)
-    else:
-        r = 0.0 if cfg.arch == "vit" else zipf_collision_probability(cfg.vocab_size) / 2 * (1 - p)
-    lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
-    out = []
-    for _ in range(stack_layers(cfg, stack)):
-        out.append(r)
-        for _ in range(sublayers_per_block(cfg, stack) - 1):       # self (and cross) attention
-            r = lam ** 2 * r + beta ** 2 * (1 - p)
-        r = lam ** 2 * r + beta ** 2 * (1 - p) * activation_kernel(cfg.activation, r)
-    return tuple(out)
+def block_correlations(cfg: Any, stack: str) -> tuple[tuple[float, float], ...]:
+    """(r_l, G_l) of every block of ``stack`` for a sigprop model: two tables, the plain φ MLP."""
+    return correlations(cfg, stack, embedding_pairs(cfg), lambda r: activation_kernel(cfg.activation, r))
+
+
+def vo_std(cfg: Any, gain: float) -> float:
+    """σ_v = σ_o = (√((1−p)/G)/d)^{1/2}: d²σ_v²σ_o² G = 1 − p, a unit attention branch at attention gain G."""
+    return math.sqrt(math.sqrt((1 - cfg.dropout) / gain) / cfg.d_model)
 
 
 class DSLM(Scheme):
@@ -112,9 +111,7 @@ class DSLM(Scheme):
         if p.role in ("q", "k", "head"):
             return math.sqrt(1.0 / d)
         if p.role in ("v", "o"):
-            r = block_correlations(cfg, p.stack)[p.layer]
-            causal = p.stack == "dec"
-            return math.sqrt(math.sqrt((1 - drop) / attention_gain(r, cfg.n_tokens, causal)) / d)
+            return vo_std(cfg, block_correlations(cfg, p.stack)[p.layer][1])
         if p.role in ("ffn_in", "ffn_out"):
             m2 = second_moment(cfg.activation)
             if cfg.activation in HOMOGENEOUS:

@@ -5,27 +5,23 @@ derivations and measured errors: docs/moments.md.
     from sigprop.theory.moments import Moments, Linear, ReLU, LayerNorm, Attention, Residual, serial
     block = serial(LayerNorm(d), Attention(d, h, L, 1/d, 1/d, 1/d, 1/d), Dropout(0.1))
     out = Residual(1.0, 1.0, block).fwd(Moments(mean=0.0, var=1.0, corr=0.2))
-    records = predict(model_config, seq_len=128)         # a whole model, in the `Record` schema
 """
 from .attention import Attention
 from .blocks import Serial, attention_block, ffn_block, serial
 from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
 from .embedding import Embedding, PatchEmbedding, zipf_collision_approx, zipf_collision_probability
-from .errors import ErrorRow, error_table, format_error_table, scaled_error
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU
 from .postnorm import PostNormResidual
-from .predict import model_chain, predict
 from .residual import Residual
 from .softmax import Softmax
 from .state import Component, Moments
 
 __all__ = [
-    "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "ErrorRow", "GeLU", "LayerNorm", "Linear",
+    "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "GeLU", "LayerNorm", "Linear",
     "MemoryView", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView", "RMSNorm", "ReLU",
     "Residual", "Serial", "ShapedReLU", "Softmax",
-    "attention_block", "error_table", "ffn_block", "format_error_table", "model_chain", "predict", "scaled_error",
-    "serial", "zipf_collision_approx", "zipf_collision_probability",
+    "attention_block", "ffn_block", "serial", "zipf_collision_approx", "zipf_collision_probability",
 ]

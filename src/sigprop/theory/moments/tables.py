@@ -86,11 +86,10 @@ def _untransform(values: np.ndarray, logged: np.ndarray, keys: tuple[str, ...]) 
     return {k: values[..., i] for i, k in enumerate(keys)}
 
 
-class FunctionalTable:
-    """Row averages R_k(β) and pair averages P_k(β, ρ) for ``L`` keys (``causal`` masking)."""
+class RowTable:
+    """Row averages R_k(β) (and causal per-row profiles) for ``L`` keys (``causal`` masking)."""
 
     def __init__(self, L: int, causal: bool) -> None:
-        self.L, self.causal = L, causal
         xb = _nodes(ROW_NODES)
         per_n = [row_functionals((BETA_MAX * (x + 1) / 2) ** 2, key_counts(L, causal)[0]) for x in xb]
         rows = np.array([[float(np.mean(f[k])) for k in ROW_KEYS] for f in per_n])
@@ -99,13 +98,6 @@ class FunctionalTable:
         profiles = np.array([[f[k] for k in PROFILE_KEYS] for f in per_n]) if causal else None    # (nb, k, L)
         self.profile_coef = None if profiles is None else np.einsum("bi,ikl->bkl", np.linalg.inv(_vander(xb, ROW_NODES)),
                                                                     profiles)
-        nb, nr = PAIR_NODES
-        xb, xr = _nodes(nb), _nodes(nr)
-        pairs = np.array([np.stack(_values(exact_pairs((BETA_MAX * (x + 1) / 2) ** 2, xr, L, causal), PAIR_KEYS), -1)
-                          for x in xb])                                                             # (nb, nr, k)
-        values, self.pair_log = _fit(pairs, PAIR_KEYS)
-        inv_b, inv_r = np.linalg.inv(_vander(xb, nb)), np.linalg.inv(_vander(xr, nr))
-        self.pair_coef = np.einsum("bi,rj,ijk->brk", inv_b, inv_r, values)                        # (nb, nr, k)
 
     @staticmethod
     def covers(beta2: float) -> bool:
@@ -121,6 +113,38 @@ class FunctionalTable:
         if self.profile_coef is None:
             raise ValueError("per-row profiles are tabulated for causal tables only")
         return np.einsum("pb,bkl->pkl", _vander(2 * np.sqrt(beta2) / BETA_MAX - 1, ROW_NODES), self.profile_coef)
+
+
+@lru_cache(maxsize=16)
+def row_table(L: int, causal: bool) -> RowTable:
+    """The row table for (L, causal), built on first use (what the attention gain needs: no pairs, which cost
+    O(L²) causal query pairs)."""
+    return RowTable(L, causal)
+
+
+class FunctionalTable:
+    """Row averages R_k(β) (`RowTable`) and pair averages P_k(β, ρ) for ``L`` keys (``causal`` masking)."""
+
+    def __init__(self, L: int, causal: bool) -> None:
+        self.L, self.causal = L, causal
+        self.row_table = row_table(L, causal)
+        nb, nr = PAIR_NODES
+        xb, xr = _nodes(nb), _nodes(nr)
+        pairs = np.array([np.stack(_values(exact_pairs((BETA_MAX * (x + 1) / 2) ** 2, xr, L, causal), PAIR_KEYS), -1)
+                          for x in xb])                                                             # (nb, nr, k)
+        values, self.pair_log = _fit(pairs, PAIR_KEYS)
+        inv_b, inv_r = np.linalg.inv(_vander(xb, nb)), np.linalg.inv(_vander(xr, nr))
+        self.pair_coef = np.einsum("bi,rj,ijk->brk", inv_b, inv_r, values)                        # (nb, nr, k)
+
+    covers = staticmethod(RowTable.covers)
+
+    def rows(self, beta2: np.ndarray) -> dict[str, np.ndarray]:
+        """R_k at each entry of ``beta2`` (all <= β_max²)."""
+        return self.row_table.rows(beta2)
+
+    def profiles(self, beta2: np.ndarray) -> np.ndarray:
+        """(len(beta2), len(PROFILE_KEYS), L): per-row F2 and B of a causal table (n = 1..L keys)."""
+        return self.row_table.profiles(beta2)
 
     def pairs(self, beta2: np.ndarray, rho: np.ndarray) -> dict[str, np.ndarray]:
         """P_k at each (beta2, rho) entry."""

@@ -1,4 +1,4 @@
-"""`predict(cfg)`: a model's per-sublayer moments at init, composed from the component maps.
+"""`predict(cfg)`: a model's per-sublayer moments at init, composed from `sigprop.theory.moments`' component maps.
 
 The prediction mirrors `sigprop.models.Stack` sublayer by sublayer, with the weight variances
 and residual weights the config's scheme prescribes (``scheme.std``, ``scheme.residual``), so
@@ -38,19 +38,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...records import Record
-from .attention import Attention
-from .blocks import ffn_block, parts, serial
-from .causal import position_trace
-from .cross_attention import CrossAttention, MemoryView, QueryView
-from .dropout import Dropout
-from .embedding import Embedding, PatchEmbedding, zipf_collision_probability
-from .linear import Linear
-from .norm import LayerNorm, RMSNorm
-from .pointwise import GeLU, ReLU, ShapedReLU
-from .postnorm import PostNormResidual, trace_bwd
-from .residual import Residual
-from .state import Component, Moments, ratio, replace
+from ..records import Record
+from ..schemes import ParamInfo, Site, get_scheme
+from ..theory.moments.attention import Attention
+from ..theory.moments.blocks import ffn_block, parts, serial
+from ..theory.moments.causal import position_trace
+from ..theory.moments.cross_attention import CrossAttention, MemoryView, QueryView
+from ..theory.moments.dropout import Dropout
+from ..theory.moments.embedding import Embedding, PatchEmbedding, zipf_collision_probability
+from ..theory.moments.linear import Linear
+from ..theory.moments.norm import LayerNorm, RMSNorm
+from ..theory.moments.pointwise import GeLU, ReLU, ShapedReLU
+from ..theory.moments.postnorm import PostNormResidual, trace_bwd
+from ..theory.moments.residual import Residual
+from ..theory.moments.state import Component, Moments, ratio, replace
 
 Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
 COLLAPSED_CORR = 0.9    # a decoder whose token correlation reaches this takes the per-position backward (`causal`)
@@ -82,8 +83,6 @@ class _Builder:
     """Moment maps of one `ModelConfig`, each from the scheme's own ``std``/``residual`` (as the model's init)."""
 
     def __init__(self, cfg: Any, seq_len: int | None, token_collision: float | None) -> None:
-        from ...schemes import ParamInfo, get_scheme      # schemes sit above theory; imported lazily
-
         self.cfg, self.scheme, self.info = cfg, get_scheme(cfg.scheme), ParamInfo
         self.L = seq_len or cfg.max_seq_len
         self.d, self.p = cfg.d_model, cfg.dropout
@@ -113,8 +112,6 @@ class _Builder:
               ) -> tuple[list[Label], list[Component]]:
         """One sublayer map per residual site of ``Stack(name)``, in order, plus the final norm (Pre-LN);
         with ``memory`` each block has a cross-attention sublayer reading it (S = seq_len keys)."""
-        from ...schemes import Site
-
         cfg, d, p, scheme = self.cfg, self.d, self.p, self.scheme
         shaped = scheme.attention == "shaped"
         kinds = ("attn", "cross", "mlp") if memory is not None else ("attn", "mlp")

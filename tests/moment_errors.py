@@ -1,4 +1,5 @@
-"""Scale-aware errors of predicted moments against measured ones, and the percentile table.
+"""Scale-aware errors of predicted moments against measured ones, and the percentile table (test harness of
+`moments_mc` and `test_moments_mc`).
 
 Error of one prediction (``scaled_error``): |pred − emp| / max(|emp|, scale), with
 ``scale`` = the measured standard deviation for a mean, the measured variance for a
