@@ -126,13 +126,25 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_INVALID = 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A user error (a bad value, a missing or unreadable file, an unwritable output)
+    exits 2 with one line on stderr; a traceback means a bug in sigprop."""
+    from .train.checkpoint import CheckpointError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        module, function, _ = DELEGATED[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    name = argv[0] if argv else ""
+    try:
+        if name in DELEGATED:
+            module, function, _ = DELEGATED[name]
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (ValueError, OSError, CheckpointError) as e:
+        print(f"sigprop {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_INVALID
 
 
 if __name__ == "__main__":
