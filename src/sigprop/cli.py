@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 import torch
 
@@ -105,16 +106,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo into ``args.out``."""
     from .experiments import demo
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)     # an unwritable --out fails now, not after the work
     demo.run(args.out, quick=args.quick, seed=args.seed)
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run one experiment (or all) into ``args.out/NAME``; collect the claims' sections into RESULTS.md."""
-    from pathlib import Path
-
     from .experiments.results import collect
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         module, function = EXPERIMENTS[name]

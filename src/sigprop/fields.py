@@ -32,11 +32,16 @@ class Range:
         return above and below
 
     def __str__(self) -> str:
+        lo, hi = _number(self.lo), _number(self.hi)
         if self.hi == math.inf:
-            return f"{'>' if self.lo_open else '>='} {self.lo:g}"
+            return f"{'>' if self.lo_open else '>='} {lo}"
         if self.lo == -math.inf:
-            return f"{'<' if self.hi_open else '<='} {self.hi:g}"
-        return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+            return f"{'<' if self.hi_open else '<='} {hi}"
+        return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else f"{x:g}"
 
 
 POSITIVE = Range(0.0, lo_open=True)          # > 0

@@ -16,8 +16,12 @@ ARCHS = ("decoder", "encoder", "encdec", "vit")
 NORMS = ("preln", "postln", "none")
 
 
+MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50,257; Llama 3 128,256), and the
+#                     BPE trainer preallocates per token (a vocabulary of 2^31 aborts it for want of memory)
+
 # Allowed intervals of the numeric fields; every other int field must be >= 1.
 RANGES = {
+    "vocab_size": Range(1, MAX_VOCAB),
     "dropout": Range(0.0, 1.0, hi_open=True),
     "tau0": POSITIVE,
     "residual_lambda": UNIT_CLOSED,
