@@ -25,6 +25,7 @@ class Range:
     hi: float = math.inf
     lo_open: bool = False
     hi_open: bool = False
+    label: str = ""               # how messages say it, e.g. "a positive integer" (default: the interval)
 
     def __contains__(self, v: float) -> bool:
         above = v > self.lo if self.lo_open else v >= self.lo
@@ -32,6 +33,8 @@ class Range:
         return above and below
 
     def __str__(self) -> str:
+        if self.label:
+            return self.label
         lo, hi = _number(self.lo), _number(self.hi)
         if self.hi == math.inf:
             return f"{'>' if self.lo_open else '>='} {lo}"
@@ -44,10 +47,16 @@ def _number(x: float) -> str:
     return str(int(x)) if math.isfinite(x) and float(x).is_integer() else f"{x:g}"
 
 
+POSITIVE_INT = Range(1, label="a positive integer")
 POSITIVE = Range(0.0, lo_open=True)          # > 0
 NONNEGATIVE = Range(0.0)                     # >= 0
 UNIT_OPEN = Range(0.0, 1.0, True, True)      # (0, 1)
 UNIT_CLOSED = Range(0.0, 1.0)                # [0, 1]
+
+
+def invalid(name: str, value: Any, allowed: Any) -> str:
+    """The one wording of a refused value: ``{name}={value!r} is invalid: {field} must be {allowed}``."""
+    return f"{name}={value!r} is invalid: {name.rsplit('.', 1)[-1]} must be {allowed}"
 
 
 def _type_name(hint: Any) -> str:
@@ -96,7 +105,7 @@ def check_value(value: Any, hint: Any, name: str) -> Any:
         return int(value)
     if hint is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
         if not math.isfinite(value):
-            raise ValueError(f"{name}={value!r} is invalid: must be a finite number")
+            raise ValueError(invalid(name, value, "a finite number"))
         return float(value)
     if hint is str and isinstance(value, str):
         return value
@@ -110,7 +119,7 @@ def check_fields(obj: Any, prefix: str, ranges: Mapping[str, Range] = {},
     """Check (and normalise, e.g. 1 → 1.0) every field of the frozen dataclass ``obj`` in place.
 
     ``ranges``: allowed interval per field name (None values skip it); ``int_range``/``float_range``: the
-    interval of every ``int``/``float`` field without its own entry. Errors read ``{prefix}{field}={value!r} is invalid: must be …``.
+    interval of every ``int``/``float`` field without its own entry. Errors are worded by `invalid`.
     """
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
@@ -120,7 +129,7 @@ def check_fields(obj: Any, prefix: str, ranges: Mapping[str, Range] = {},
         allowed = ranges.get(f.name, _default_range(hints[f.name], int_range, float_range))
         if allowed is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and value not in allowed:
-            raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
+            raise ValueError(invalid(name, value, allowed))
 
 
 def _default_range(hint: Any, int_range: Range | None, float_range: Range | None) -> Range | None:

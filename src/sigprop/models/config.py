@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..fields import POSITIVE, UNIT_CLOSED, Range, check_fields
+from ..fields import POSITIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, invalid
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
@@ -19,9 +19,9 @@ NORMS = ("preln", "postln", "none")
 MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50,257; Llama 3 128,256), and the
 #                     BPE trainer preallocates per token (a vocabulary of 2^31 aborts it for want of memory)
 
-# Allowed intervals of the numeric fields; every other int field must be >= 1.
+# Allowed intervals of the numeric fields; every other int field must be a positive integer.
 RANGES = {
-    "vocab_size": Range(1, MAX_VOCAB),
+    "vocab_size": Range(1, MAX_VOCAB, label=f"a positive integer <= {MAX_VOCAB}"),
     "dropout": Range(0.0, 1.0, hi_open=True),
     "tau0": POSITIVE,
     "residual_lambda": UNIT_CLOSED,
@@ -62,7 +62,7 @@ USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
 
 def _choice(field: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise ValueError(f"ModelConfig.{field}={value!r} is invalid: must be one of {allowed}")
+        raise ValueError(invalid(f"ModelConfig.{field}", value, f"one of {allowed}"))
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class ModelConfig:
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
     dropout: float = 0.0              # on every residual branch and the embeddings, in [0, 1)
     bias: bool = False                # biases in Linear layers (zero at init)
-    n_dec_layers: int | None = None   # encdec decoder blocks; None → n_layers
+    n_dec_layers: int | None = None   # encdec decoder blocks; None → n_layers (stays None for other archs)
     residual_lambda: float | None = None  # shaped/dslm: λ in x ← λx + γf(x); None → √(1 − γ²)
     residual_gamma: float | None = None   # shaped/dslm: γ (β); None → scheme default
     learn_residual: bool = False      # train λ, γ (fixed values must satisfy λ² + γ² = 1)
@@ -97,7 +97,7 @@ class ModelConfig:
     n_classes: int = 10               # vit: classes
 
     def __post_init__(self) -> None:
-        check_fields(self, "ModelConfig.", RANGES, int_range=Range(1))
+        check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
         _choice("arch", self.arch, ARCHS)
         _choice("scheme", self.scheme, tuple(SCHEMES))
         scheme = get_scheme(self.scheme)
@@ -119,7 +119,9 @@ class ModelConfig:
         self._check_residual()
         scheme.check(self)
         self._check_used()
-        if self.n_dec_layers is None:
+        if self.arch != "encdec":        # unused; a saved n_dec_layers == n_layers (the old resolved value) reads as None
+            object.__setattr__(self, "n_dec_layers", None)
+        elif self.n_dec_layers is None:
             object.__setattr__(self, "n_dec_layers", self.n_layers)
 
     def _check_used(self) -> None:

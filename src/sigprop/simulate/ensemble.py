@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ..fields import check_value
+from ..fields import check_value, invalid
 from ..theory.sde import check_covariance, psd_root
 from .blocks import BLOCK_MAPS, BLOCKS, LN_BLOCKS, SHAPED_BLOCKS, BlockParams
 from .projectors import GaussianProjector, GramProjector, WeightProjector
@@ -39,7 +39,7 @@ def block_params(block: str, width: int, *, gamma: float | None, tau0: float, c_
     if block not in BLOCKS:
         raise ValueError(f"block must be one of {BLOCKS}, got {block!r}")
     if n_k is not None and check_value(n_k, int, "n_k") < 1:
-        raise ValueError(f"n_k={n_k!r} is invalid: must be >= 1")
+        raise ValueError(invalid("n_k", n_k, ">= 1"))
     if block in SHAPED_BLOCKS:
         if gamma is None:
             raise ValueError(f"gamma is required for block {block!r} (in (0, 1])")

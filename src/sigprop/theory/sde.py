@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import POSITIVE, Range, check_value
+from ..fields import POSITIVE, Range, check_value, invalid
 
 Tensor = torch.Tensor
 KINDS = ("resnet", "attention", "transformer")
@@ -44,7 +44,7 @@ def check_params(gamma: float, tau0: float, c_plus: float = 0.0, c_minus: float 
                                  ("c_plus", c_plus, None), ("c_minus", c_minus, None)):
         value = check_value(value, float, name)
         if allowed is not None and value not in allowed:
-            raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
+            raise ValueError(invalid(name, value, allowed))
 
 
 def check_covariance(V: Tensor, name: str = "V0") -> None:
@@ -266,14 +266,14 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     for name, value in (("steps", steps), ("paths", paths), ("record_every", record_every), ("chunk", chunk)):
         if check_value(value, int, name) < 1:
-            raise ValueError(f"{name}={value!r} is invalid: must be >= 1")
+            raise ValueError(invalid(name, value, ">= 1"))
     check_value(seed, int, "seed")
     if steps % record_every:
         raise ValueError(f"record_every={record_every} must divide steps={steps}")
     if not (math.isfinite(check_value(t, float, "t")) and t > 0):
-        raise ValueError(f"t={t!r} is invalid: must be a finite number > 0")
+        raise ValueError(invalid("t", t, "a finite number > 0"))
     if not (isinstance(blowup, (int, float)) and not isinstance(blowup, bool) and blowup > 0):
-        raise ValueError(f"blowup={blowup!r} is invalid: must be > 0 (inf: never stop a path for its size)")
+        raise ValueError(invalid("blowup", blowup, "> 0 (inf: never stop a path for its size)"))
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     V0 = torch.as_tensor(V0, dtype=dtype)

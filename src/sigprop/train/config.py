@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping
+from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping, invalid
 from ..models import ModelConfig
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
@@ -126,7 +126,7 @@ def _as_dict(section: Any) -> dict[str, Any]:
 
 def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
+        raise ValueError(invalid(name, value, allowed))
 
 
 def parse_value(text: str) -> Any:
