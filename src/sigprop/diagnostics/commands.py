@@ -50,7 +50,10 @@ class DiagnoseConfig:
 def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
     """Parse the TOML file; unknown tables or keys are errors naming the valid ones."""
     with open(path, "rb") as f:
-        raw = tomllib.load(f)
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path} is not valid TOML: {e}") from e
     unknown = sorted(set(raw) - {"model", "diagnose"})
     if unknown:
         raise ValueError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")

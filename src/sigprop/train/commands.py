@@ -75,7 +75,7 @@ def train_main(argv: Sequence[str]) -> int:
         sets.append("train.fresh_if_none=true")
     try:
         if args.config is not None and not Path(args.config).is_file():
-            raise ValueError(f"--config {args.config}: no such file")
+            raise ValueError(f"--config {args.config}: no such file (or not a file)")
         cfg = load_config(args.config, sets)
         trainer = train(cfg, argv=list(argv))
     except NonFiniteLossError as e:

@@ -157,7 +157,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     raw: dict[str, Any] = {}
     if path is not None:
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            try:
+                raw = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise ValueError(f"{path} is not valid TOML: {e}") from e
     raw = apply_overrides(raw, list(overrides))
     if "model" not in raw:
         raise ValueError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")

@@ -25,8 +25,8 @@ from .callbacks import Callback, Diagnostics
 from .checkpoint import capture_rng, load_checkpoint, restore_rng, resume_point, save_checkpoint, set_aside_newer
 from .config import OptimConfig, RunConfig
 from .data import DataBundle
-from .health import LastGood
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
+from .health import LastGood
 from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
 from .objectives import Batch, loss_terms
 from .sampler import EpochSampler, generator, shard_bounds
