@@ -43,8 +43,8 @@ def classify_call(fn: Callable[[], Any], needle: str) -> str:
         return "ok" if needle.lower() in str(e).lower() else "weak"
     except Exception:  # noqa: BLE001 - any other exception is what this probe counts
         return "traceback"
-    tensors = [out] if isinstance(out, torch.Tensor) else [v for v in vars(out).values()
-                                                           if isinstance(v, torch.Tensor)] if hasattr(out, "__dict__") else []
+    fields = vars(out).values() if hasattr(out, "__dict__") else []
+    tensors = [out] if isinstance(out, torch.Tensor) else [v for v in fields if isinstance(v, torch.Tensor)]
     if any(t.is_floating_point() and not torch.isfinite(t).all() for t in tensors):
         return "nan"
     return "accepted"
@@ -89,11 +89,20 @@ def model_probes() -> list[tuple[str, Callable[[], Any], str]]:
     for base, table in (({}, bad), ({"scheme": "shaped"}, shaped), ({"scheme": "dslm"}, dslm), ({"arch": "vit"}, vit)):
         for field, values in table.items():
             for v in values:
-                out.append((f"{field}={v!r} {base}", lambda f=field, v=v, b=base: build_model(ModelConfig(**b, **{f: v})),
+                out.append((f"{field}={v!r} {base}", lambda f=field, v=v, b=base: _logits(ModelConfig(**b, **{f: v})),
                             field))
     for field, v, base in ignored:
         out.append((f"ignored {field}={v!r} {base}", lambda f=field, v=v, b=base: ModelConfig(**b, **{f: v}), field))
     return out
+
+
+def _logits(cfg: ModelConfig) -> torch.Tensor:
+    """The model's output on random inputs (so a NaN from a bad value shows)."""
+    torch.manual_seed(0)
+    if cfg.arch == "vit":
+        return build_model(cfg)(torch.randn(2, cfg.in_channels, cfg.image_size, cfg.image_size))
+    ids = torch.randint(0, cfg.vocab_size, (2, min(cfg.max_seq_len, 8)))
+    return build_model(cfg)(*((ids, ids) if cfg.arch == "encdec" else (ids,)))
 
 
 def forward_probes() -> list[tuple[str, Callable[[], Any], str]]:
@@ -125,8 +134,9 @@ def forward_probes() -> list[tuple[str, Callable[[], Any], str]]:
 def sim_probes() -> list[tuple[str, Callable[[], Any], str]]:
     V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
     base = dict(t=0.1, steps=4, paths=4, gamma=0.5)
-    sde_bad = {"t": [INF, NAN, 0.0, -1.0, "1"], "steps": [0, 2.5, None], "paths": [0, -1], "gamma": [NAN, 0.0, 1.5, INF],
-               "tau0": [NAN, INF, 0.0], "c_plus": [NAN, INF], "c_minus": [NAN, -INF], "seed": [1.5, "0"],
+    sde_bad = {"t": [INF, NAN, 0.0, -1.0, "1"], "steps": [0, 2.5, None], "paths": [0, -1],
+               "gamma": [NAN, 0.0, 1.5, INF], "tau0": [NAN, INF, 0.0], "c_plus": [NAN, INF], "c_minus": [NAN, -INF],
+               "seed": [1.5, "0"],
                "blowup": [NAN, 0.0, -1.0], "record_every": [0, 3], "method": ["euler"], "dtype": [torch.int64]}
     out = [(f"sde {k}={v!r}", lambda k=k, v=v: sde.simulate("transformer", V0, **{**base, k: v}), k)
            for k, vs in sde_bad.items() for v in vs]
@@ -178,7 +188,8 @@ def cli_probes(tmp: Path) -> list[tuple[str, list[str], str]]:
     import shutil
     shutil.copytree(run, notok)
     (notok / "tokenizer.json").unlink()
-    out = [("train optim." + s, ["train", "--config", TINY, *sets(f"train.out_dir={tmp / 'x'}", f"optim.{s}")], s.split("=")[0])
+    out = [("train optim." + s, ["train", "--config", TINY, *sets(f"train.out_dir={tmp / 'x'}", f"optim.{s}")],
+            s.split("=")[0])
            for s in ("lr=inf", "lr=nan", "lr=0", "weight_decay=nan", "weight_decay=-1", "beta1=1.5", "beta2=-0.1",
                      "eps=-1", "eps=0", "grad_clip=-1", "grad_clip=inf", "min_lr_ratio=2", "warmup_steps=-1",
                      "decay='step'", "lr='x'")]
