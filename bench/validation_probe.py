@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python bench/validation_probe.py [--out DIR]
 
 Boundaries: ModelConfig, model forward (inputs), the run config (TOML/--set), the CLI subcommands,
-sde.simulate / sde.drift / psd_root, ensemble.simulate. Outcome of one probe:
+sde.simulate / sde.drift / psd_root, ensemble.simulate, hf.apply. Outcome of one probe:
   ok        refused with ValueError (exit 2 and one stderr line for the CLI) whose message names the input
   weak      refused, but the message does not name the input
   traceback another exception type (for the CLI: an exception escaped, or a traceback on stderr)
@@ -167,6 +167,20 @@ def _psd_root_nan(V0: torch.Tensor) -> torch.Tensor:
     raise ValueError("non-finite input propagates (R is NaN, ok is False)")
 
 
+def hf_probes() -> list[tuple[str, Callable[[], Any], str]]:
+    """hf.apply on a tiny GPT-2 built from its config (no download); its values reach ModelConfig's checks."""
+    import transformers
+
+    from sigprop import hf
+
+    def gpt2() -> torch.nn.Module:
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                                                    n_positions=16))
+    return [(f"hf.apply {scheme} {kw}", lambda s=scheme, k=kw: hf.apply(gpt2(), s, **k), next(iter(kw)))
+            for scheme, kw in (("dslm", {"k": NAN}), ("shaped", {"c_plus": NAN}), ("dslm", {"shaping": "learn"}),
+                               ("shaped", {"tau0": INF}), ("dslm", {"gamma": 1.5}), ("dslm", {"r0": -1.0}))]
+
+
 def cli_probes(tmp: Path) -> list[tuple[str, list[str], str]]:
     sets = lambda *s: [a for x in [*FAST, *s] for a in ("--set", x)]  # noqa: E731
     run = tmp / "run"
@@ -252,7 +266,7 @@ def main_probe() -> None:
             misses.append(f"{boundary:10s} {outcome:9s} {name}")
 
     for boundary, probes in (("ModelConfig", model_probes()), ("forward", forward_probes()),
-                             ("simulation", sim_probes())):
+                             ("simulation", sim_probes()), ("hf.apply", hf_probes())):
         for name, fn, needle in probes:
             record(boundary, name, classify_call(fn, needle))
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:

@@ -206,9 +206,11 @@ def test_every_valid_optim_config_steps_finitely(lr, wd, b1, b2, eps, clip):
     from sigprop.train.trainer import make_optimizer
 
     cfg = OptimConfig(lr=lr, weight_decay=wd, beta1=b1, beta2=b2, eps=eps, grad_clip=clip)
-    model = torch.nn.Linear(3, 2)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=16, d_model=8, n_heads=2, n_layers=1, max_seq_len=4))
     opt = make_optimizer(model, cfg)
-    model(torch.ones(4, 3)).square().mean().backward()
+    model(torch.randint(0, 16, (2, 4))).logsumexp(-1).mean().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else math.inf)
     opt.step()
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
