@@ -14,6 +14,7 @@ the marker, the model config and both hashes, and raises `CheckpointError` other
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
+
+from ..models import ModelConfig
 
 FORMAT, VERSION = "sigprop-checkpoint", 1
 _NAME = re.compile(r"^step_(\d{8})\.json$")
@@ -167,6 +170,8 @@ def read_checkpoint(path: Path, model_config: dict[str, Any]) -> dict[str, Any]:
     if record.get("version") != VERSION:
         raise CheckpointError(f"checkpoint {path} has version {record.get('version')}, expected {VERSION}")
     theirs = record.get("model_config", {})
+    with contextlib.suppress(ValueError, TypeError):      # compare resolved configs (older files wrote n_dec_layers)
+        theirs = ModelConfig.from_dict(theirs).to_dict()
     diff = sorted(k for k in set(theirs) | set(model_config) if theirs.get(k) != model_config.get(k))
     if diff:
         detail = ", ".join(f"{k}: checkpoint {theirs.get(k)!r} vs run {model_config.get(k)!r}" for k in diff)
