@@ -13,16 +13,12 @@ from typing import Any
 
 from .checkpoint import list_checkpoints, resume_point
 
-MARKER = ".sigprop-run"       # written into every run folder; its presence makes a folder a sigprop run
-_MARK = {"format": "sigprop-run", "version": 1}
+MARKER = ".sigprop-run"       # written first into every run folder; its presence makes a folder a sigprop run
 
 
 def is_run(folder: Path) -> bool:
     """True when ``folder`` holds a sigprop run's marker (or, for runs older than the marker, checkpoints)."""
-    try:
-        return json.loads((folder / MARKER).read_text()).get("format") == _MARK["format"]
-    except (OSError, ValueError, AttributeError):
-        return bool(list_checkpoints(folder / "checkpoints"))
+    return (folder / MARKER).is_file() or bool(list_checkpoints(folder / "checkpoints"))
 
 
 def check_run_dir(train: Any) -> Path:
@@ -51,6 +47,6 @@ def claim(run_dir: Path) -> None:
     """Create ``run_dir`` (if needed) and mark it as a sigprop run; raises ValueError if it cannot be written."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / MARKER).write_text(json.dumps(_MARK) + "\n")
+        (run_dir / MARKER).write_text(json.dumps({"format": "sigprop-run", "version": 1}) + "\n")
     except OSError as e:
         raise ValueError(f"train.out_dir={str(run_dir)!r} cannot be written: {e.strerror or e}") from e
