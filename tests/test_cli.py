@@ -45,3 +45,59 @@ def test_shipped_diagnose_config_predicts(tmp_path, capsys):
     local.write_text(text)
     assert main(["predict", "--config", str(local)]) == 0
     assert any(p.suffix == ".png" for p in tmp_path.rglob("*"))
+
+
+def _one_line_error(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["train", "--config", "/nonexistent/run.toml"], ["/nonexistent/run.toml", "no such file"]),
+    (["predict", "--config", "/nonexistent/model.toml"], ["No such file"]),
+    (["demo", "--quick", "--out", "/proc/sigprop-demo"], ["/proc/sigprop-demo"]),
+    (["reproduce", "fig1", "--quick", "--out", "/proc/sigprop-fig1"], ["/proc/sigprop-fig1"]),
+    (["check", "--depth", "0", "--schemes", "preln"], ["ModelConfig.n_layers=0"]),
+    (["generate", "--run", "/nonexistent", "--max-new-tokens", "-5"], ["--max-new-tokens (-5)"]),
+    (["eval", "--run", "/nonexistent"], ["not a sigprop run folder"]),
+])
+def test_user_errors_exit_2_with_one_line(argv, needles, capsys):
+    assert main(argv) == 2
+    _one_line_error(capsys, *needles)
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("", ["no [model] table"]),
+    ("[model]\nscheme = 'shaped'\ntau0 = inf\n", ["ModelConfig.tau0=inf", "finite"]),
+    ("[model]\nscheme = 'shaped'\nc_plus = nan\n", ["ModelConfig.c_plus=nan", "finite"]),
+    ("[model]\nn_dec_layers = 3\n", ["ModelConfig.n_dec_layers=3", "no effect"]),
+    ("[model\n", ["Expected"]),
+])
+def test_predict_refuses_bad_model_tables(tmp_path, text, needles, capsys):
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(text)
+    assert main(["predict", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    _one_line_error(capsys, *needles)
+    assert main(["diagnose", "--config", str(tmp_path), "--out", str(tmp_path / "out")]) == 2   # a folder
+    _one_line_error(capsys)
+
+
+def test_train_refuses_unwritable_and_bad_optimizer_values(tmp_path, capsys):
+    from pathlib import Path
+
+    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny_decoder.toml")
+    for sets, needle in ([["train.out_dir=/proc/sigprop-run"], "cannot be written"],
+                         [["optim.lr=inf"], "optim.lr=inf"], [["optim.weight_decay=nan"], "optim.weight_decay=nan"],
+                         [["optim.weight_decay=-1"], "optim.weight_decay=-1.0"], [["optim.beta1=1.5"], "optim.beta1"],
+                         [["optim.eps=-1"], "optim.eps"], [["model.vocab_size=5e9"], "model.vocab_size"],
+                         [["model.vocab_size=5000000000"], "a positive integer <= 4194304"],
+                         [["train.out_dir="], "train.out_dir=''"]):
+        argv = ["train", "--config", tiny, *[a for s in sets + [f"train.progress=false"] for a in ("--set", s)]]
+        if "out_dir" not in sets[0]:
+            argv += ["--set", f"train.out_dir={tmp_path / 'run'}"]
+        assert main(argv) == 2
+        _one_line_error(capsys, needle)
+    assert not (tmp_path / "run").exists()

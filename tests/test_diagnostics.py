@@ -75,8 +75,8 @@ def test_measure_leaves_parameter_grads_untouched_and_handles_every_arch():
                                      "attention_mask": torch.ones(2, 8, dtype=torch.bool)}),
                         ("encdec", (torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 5)))),
                         ("vit", torch.randn(2, 1, 8, 8))]:
-        cfg = ModelConfig(arch=arch, scheme="shaped", vocab_size=50, d_model=16, n_heads=2, n_layers=2,
-                          max_seq_len=8)
+        tokens = {} if arch == "vit" else {"vocab_size": 50, "max_seq_len": 8}
+        cfg = ModelConfig(arch=arch, scheme="shaped", d_model=16, n_heads=2, n_layers=2, **tokens)
         model = build_model(cfg)
         recs = measure(model, batch)
         assert all(p.grad is None for p in model.parameters())

@@ -92,8 +92,8 @@ def test_logit_scale_beyond_the_table_uses_the_exact_path_and_hard_max_is_loud()
                                           ("dslm", "preln"), ("dslm", "postln"), ("deepnorm", None)])
 def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str, norm: str | None) -> None:
     """One record per point `measure` reports, same labels and order, finite positive moments."""
-    cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm, d_model=32, n_heads=2, n_layers=3, max_seq_len=8,
-                      vocab_size=50)
+    tokens = {} if arch == "vit" else {"max_seq_len": 8, "vocab_size": 50}
+    cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm, d_model=32, n_heads=2, n_layers=3, **tokens)
     torch.manual_seed(0)
     measured = measure(build_model(cfg).double(), random_batch(cfg, DiagnoseConfig(seq_len=8, batch=2)),
                        attention_stats=False)

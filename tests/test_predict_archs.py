@@ -29,7 +29,8 @@ CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": (
 
 def config(arch: str, name: str) -> ModelConfig:
     scheme, norm = CONFIGS[name]
-    return ModelConfig(arch=arch, scheme=scheme, norm=norm, **SIZE, **(VIT if arch == "vit" else {}))
+    size = {k: v for k, v in SIZE.items() if arch != "vit" or k not in ("max_seq_len", "vocab_size")}
+    return ModelConfig(arch=arch, scheme=scheme, norm=norm, **size, **(VIT if arch == "vit" else {}))
 
 
 @lru_cache(maxsize=None)

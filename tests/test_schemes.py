@@ -137,7 +137,8 @@ def test_dslm_blocks_have_unit_output_variance(arch, r0, sublayer):
     for seed in range(12):
         torch.manual_seed(seed)
         cfg = ModelConfig(arch=arch, scheme="dslm", d_model=256, n_heads=4, n_layers=6,
-                          max_seq_len=seq, dropout=p, dslm_r0=r0, image_size=16, patch_size=2)
+                          max_seq_len=seq, dropout=p, dslm_r0=r0,
+                          **({"image_size": 16, "patch_size": 2} if arch == "vit" else {}))
         sub = getattr(build_model(cfg).double().stack.blocks[layer], sublayer)
         sub.train()
         r = 0.0 if arch == "vit" else block_correlations(cfg, "dec" if arch == "decoder" else "enc")[layer][0]

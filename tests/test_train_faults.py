@@ -1,6 +1,8 @@
 """Checkpoints and faults: exact resume, corrupt/foreign checkpoints, NaN loss, SIGINT/SIGTERM."""
 import json
+import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -147,3 +149,115 @@ def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, sig):
     assert list_checkpoints(tmp_path / "checkpoints")[-1].name == f"step_{last:08d}.json"
     resumed = train(cfg_for(tmp_path, f"train.steps={last + 2}", "train.resume=true", "train.eval_batches=0"))
     assert resumed.state.step == last + 2
+
+
+def _argv(out: Path, *sets: str) -> list[str]:
+    return ["--config", str(CONFIGS / "tiny_decoder.toml"),
+            *[a for s in [*FAST, f"train.out_dir={out}", *sets] for a in ("--set", s)]]
+
+
+def test_nan_stop_names_the_last_good_checkpoint_and_its_advice_trains_on(tmp_path, capsys):
+    """A healthy start (lr 3e-3, steps 1-4), then a learning rate that diverges: the loss spikes at step 6 and
+    turns non-finite a step or two later. Checkpoints at every step, only the newest 2 kept: the newest are
+    blown up; the last good one is step 4 (its next step, 5, was still healthy), kept although older.
+    Resuming from it as the stop message says, with a lower learning rate, trains to the end."""
+    out = tmp_path / "run"
+    common = ["train.ckpt_every=1", "train.keep_last=2", "optim.grad_clip=0", "train.eval_every=0"]
+    assert train_main(_argv(out, *common, "train.steps=4", "optim.lr=3e-3")) == 0
+    capsys.readouterr()
+    assert train_main([*_argv(out, *common, "train.steps=30", "optim.lr=3000", "optim.warmup_steps=0"),
+                       "--resume"]) == 1
+    err = capsys.readouterr().err
+    good = out / "checkpoints" / "step_00000004.json"
+    assert f"Last good checkpoint (its next step was healthy): {good}" in err and "Traceback" not in err
+    train_rows = {r["step"]: r for r in read_jsonl(out / "metrics.jsonl", "train")}
+    assert train_rows[5]["loss"] < 2 * min(train_rows[s]["loss"] for s in range(1, 5))   # step 5 healthy
+    assert not train_rows[6]["loss"] < 2 * min(train_rows[s]["loss"] for s in range(1, 6))  # step 6 spiked
+    names = [p.name for p in list_checkpoints(out / "checkpoints")]
+    assert good.name in names and names[-1] != good.name                      # kept beside the newer bad ones
+    command = err.split("resume from the last good checkpoint:\n")[1].strip().splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:2] == ["sigprop", "train"] and argv[-2:] == ["--resume-from", str(good)]
+    assert train_main([*argv[2:], "--set", "optim.lr=3e-3"]) == 0              # the user's lower lr wins
+    rows = read_jsonl(out / "metrics.jsonl")
+    resumed = [r for r in rows if r.get("event") == "resumed"][-1]
+    assert resumed["path"] == str(good) and resumed["set_aside"]
+    after = [r for r in rows[rows.index(resumed):] if r["kind"] == "train"]
+    assert [r["step"] for r in after] == list(range(5, 31))
+    assert all(math.isfinite(r["loss"]) for r in after) and after[-1]["loss"] < train_rows[4]["loss"] * 1.5
+    assert list_checkpoints(out / "checkpoints")[-1].name == "step_00000030.json"
+    assert not any(p.name > "step_00000004" for p in list_checkpoints(out / "checkpoints")
+                   if p.name < "step_00000029")                               # the diverged ones set aside
+    assert list((out / "checkpoints" / "abandoned_after_00000004").glob("step_*.json"))
+
+
+def test_healthy_and_last_good_definition():
+    from sigprop.train.health import SPIKE, LastGood, healthy
+
+    assert healthy(5.0, 1.0, math.inf) and healthy(2.0 * SPIKE, 1.0, 2.0)
+    assert not healthy(2.0 * SPIKE + 1e-9, 1.0, 2.0) and not healthy(1.0, math.nan, 2.0)
+    assert not healthy(math.inf, 1.0, 2.0)
+    lg = LastGood()
+    lg.observe(3.0, 1.0)
+    lg.saved(Path("a.json"))
+    lg.observe(3.5, 1.0)                     # healthy next step: a.json is good
+    lg.saved(Path("b.json"))
+    lg.observe(7.0, 1.0)                     # spike (> 2 x 3.0): b.json is not
+    lg.saved(Path("c.json"))
+    lg.observe(math.nan, math.nan)
+    assert lg.good == Path("a.json") and lg.best == 3.0
+    assert lg.meta() == {"last_good": "a.json", "best_loss": 3.0}
+
+
+def test_out_dir_that_sigprop_did_not_create_is_left_untouched(tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.toml").write_text("# my notes\n")
+    (mine / "metrics.jsonl").write_text('{"mine": 1}\n')
+    before = {p.name: p.read_bytes() for p in mine.iterdir()}
+    assert train_main(_argv(mine, "train.steps=2")) == 2
+    assert "holds files that sigprop did not write (config.toml, metrics.jsonl)" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
+    with pytest.raises(ValueError, match=r"train\.out_dir='' is invalid"):
+        cfg_for("", "train.steps=2")
+    monkeypatch.chdir(mine)
+    for out in (".", str(mine)):
+        with pytest.raises(ValueError, match="is the current directory"):
+            train(cfg_for(out, "train.steps=2"))
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="is an existing file"):
+        train(cfg_for(a_file, "train.steps=2"))
+    assert a_file.read_text() == "x"
+
+
+def test_resume_needs_something_to_resume_unless_asked_to_start_fresh(tmp_path, capsys):
+    out = tmp_path / "new"
+    assert train_main([*_argv(out, "train.steps=2"), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err and not out.exists()
+    assert train_main([*_argv(out, "train.steps=2", "train.eval_batches=0"), "--resume", "--fresh-if-none"]) == 0
+    assert list_checkpoints(out / "checkpoints")[-1].name == "step_00000002.json"
+    # an existing run: a fresh start is refused, --resume-from must name one of its checkpoints
+    assert train_main(_argv(out, "train.steps=4")) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
+    assert train_main([*_argv(out, "train.steps=4"), "--resume-from", str(tmp_path / "nope.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert train_main([*_argv(out, "train.steps=4", "train.fresh_if_none=true")]) == 2
+    assert "train.fresh_if_none=True is invalid" in capsys.readouterr().err
+
+
+def test_eval_and_generate_refuse_what_they_cannot_do(finished, tmp_path, capsys):
+    from sigprop.train import eval_main, generate_main
+
+    run = copy_run(finished[0], tmp_path / "run")
+    assert eval_main(["--run", str(run), "--set", "train.eval_batches=0"]) == 2
+    assert "train.eval_batches=0 in this run" in capsys.readouterr().err
+    assert generate_main(["--run", str(run), "--max-new-tokens", "-5"]) == 2
+    assert "--max-new-tokens (-5)" in capsys.readouterr().err
+    assert generate_main(["--run", str(run), "--max-new-tokens", "3", "--seed", "0"]) == 0
+    capsys.readouterr()
+    (run / "tokenizer.json").unlink()
+    assert generate_main(["--run", str(run), "--max-new-tokens", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "has no tokenizer.json" in err and "Traceback" not in err

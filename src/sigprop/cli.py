@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 import torch
 
@@ -94,16 +95,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo into ``args.out``."""
     from .experiments import demo
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)     # an unwritable --out fails now, not after the work
     demo.run(args.out, quick=args.quick, seed=args.seed)
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run one experiment (or all) into ``args.out/NAME``; collect the claims' sections into RESULTS.md."""
-    from pathlib import Path
-
     from .experiments.results import collect
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         module, function = EXPERIMENTS[name]
@@ -115,13 +116,25 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_INVALID = 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A user error (a bad value, a missing or unreadable file, an unwritable output)
+    exits 2 with one line on stderr; a traceback means a bug in sigprop."""
+    from .train.checkpoint import CheckpointError
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        module, function, _ = DELEGATED[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    name = argv[0] if argv else ""
+    try:
+        if name in DELEGATED:
+            module, function, _ = DELEGATED[name]
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (ValueError, OSError, CheckpointError) as e:
+        print(f"sigprop {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_INVALID
 
 
 if __name__ == "__main__":

@@ -50,7 +50,10 @@ class DiagnoseConfig:
 def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
     """Parse the TOML file; unknown tables or keys are errors naming the valid ones."""
     with open(path, "rb") as f:
-        raw = tomllib.load(f)
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path} is not valid TOML: {e}") from e
     unknown = sorted(set(raw) - {"model", "diagnose"})
     if unknown:
         raise ValueError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")
@@ -58,7 +61,9 @@ def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
     extra = sorted(set(raw.get("diagnose", {})) - known)
     if extra:
         raise ValueError(f"unknown diagnose key(s) {extra}; valid: {sorted(known)}")
-    model = ModelConfig.from_dict(raw.get("model", {}))
+    if not isinstance(raw.get("model"), dict):
+        raise ValueError(f"{path} has no [model] table (the ModelConfig fields of the model)")
+    model = ModelConfig.from_dict(raw["model"])
     diag = DiagnoseConfig(**raw.get("diagnose", {}))
     if diag.seq_len is not None and diag.seq_len > model.max_seq_len and model.arch != "vit":
         raise ValueError(f"diagnose.seq_len ({diag.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")

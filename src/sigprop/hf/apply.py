@@ -75,6 +75,7 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
     fields = family.mirror(model.config)
     if scheme == "shaped":
         fields["activation"] = "shaped_relu"
+        del fields["norm_type"]                   # norm "none": a norm type would be a field with no effect
     return ModelConfig(**fields, scheme=scheme, norm="none" if scheme == "shaped" else f"{family.placement}ln",
                        residual_gamma=gamma, dslm_k=k, dslm_r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
                        shaping=shaping, learn_residual=learn_residual)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
+from ..fields import POSITIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, invalid
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
@@ -15,9 +16,53 @@ ARCHS = ("decoder", "encoder", "encdec", "vit")
 NORMS = ("preln", "postln", "none")
 
 
+MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50,257; Llama 3 128,256), and the
+#                     BPE trainer preallocates per token (a vocabulary of 2^31 aborts it for want of memory)
+
+# Allowed intervals of the numeric fields; every other int field must be a positive integer.
+RANGES = {
+    "vocab_size": Range(1, MAX_VOCAB, label=f"a positive integer <= {MAX_VOCAB}"),
+    "dropout": Range(0.0, 1.0, hi_open=True),
+    "tau0": POSITIVE,
+    "residual_lambda": UNIT_CLOSED,
+    "residual_gamma": Range(0.0, 1.0, lo_open=True),
+    "dslm_k": POSITIVE,
+    "dslm_r0": UNIT_CLOSED,
+}
+
+
+def _shaped_attention(cfg: ModelConfig) -> bool:
+    return get_scheme(cfg.scheme).attention == "shaped"
+
+
+def _shaped_relu(cfg: ModelConfig) -> bool:
+    return get_scheme(cfg.scheme).activation(cfg) == "shaped_relu"
+
+
+# Fields with an effect only under some arch/scheme: name -> (who uses it, in words; predicate).
+USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
+    "vocab_size": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
+    "max_seq_len": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
+    "n_dec_layers": ("arch 'encdec'", lambda c: c.arch == "encdec"),
+    "norm_type": ("models with a norm (norm 'preln' or 'postln')", lambda c: c.norm != "none"),
+    "tau0": ("shaped attention (scheme 'shaped')", _shaped_attention),
+    "qk_scaling": ("shaped attention (scheme 'shaped')", _shaped_attention),
+    "c_plus": ("the shaped ReLU (scheme 'shaped' or activation 'shaped_relu')", _shaped_relu),
+    "c_minus": ("the shaped ReLU (scheme 'shaped' or activation 'shaped_relu')", _shaped_relu),
+    "shaping": ("shaped attention or the shaped ReLU (scheme 'shaped' or activation 'shaped_relu')",
+                lambda c: _shaped_attention(c) or _shaped_relu(c)),
+    "dslm_k": ("scheme 'dslm'", lambda c: c.scheme == "dslm"),
+    "dslm_r0": ("scheme 'dslm'", lambda c: c.scheme == "dslm"),
+    "image_size": ("arch 'vit'", lambda c: c.arch == "vit"),
+    "patch_size": ("arch 'vit'", lambda c: c.arch == "vit"),
+    "in_channels": ("arch 'vit'", lambda c: c.arch == "vit"),
+    "n_classes": ("arch 'vit'", lambda c: c.arch == "vit"),
+}
+
+
 def _choice(field: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise ValueError(f"ModelConfig.{field} must be one of {allowed}, got {value!r}")
+        raise ValueError(invalid(f"ModelConfig.{field}", value, f"one of {allowed}"))
 
 
 @dataclass(frozen=True)
@@ -35,7 +80,7 @@ class ModelConfig:
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
     dropout: float = 0.0              # on every residual branch and the embeddings, in [0, 1)
     bias: bool = False                # biases in Linear layers (zero at init)
-    n_dec_layers: int | None = None   # encdec decoder blocks; None → n_layers
+    n_dec_layers: int | None = None   # encdec decoder blocks; None → n_layers (stays None for other archs)
     residual_lambda: float | None = None  # shaped/dslm: λ in x ← λx + γf(x); None → √(1 − γ²)
     residual_gamma: float | None = None   # shaped/dslm: γ (β); None → scheme default
     learn_residual: bool = False      # train λ, γ (fixed values must satisfy λ² + γ² = 1)
@@ -52,6 +97,7 @@ class ModelConfig:
     n_classes: int = 10               # vit: classes
 
     def __post_init__(self) -> None:
+        check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
         _choice("arch", self.arch, ARCHS)
         _choice("scheme", self.scheme, tuple(SCHEMES))
         scheme = get_scheme(self.scheme)
@@ -64,32 +110,33 @@ class ModelConfig:
         _choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
-        if self.n_dec_layers is None:
-            object.__setattr__(self, "n_dec_layers", self.n_layers)
-        for f in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "n_dec_layers",
-                  "image_size", "patch_size", "in_channels", "n_classes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ModelConfig.{f} must be a positive integer, got {v!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"ModelConfig.d_model ({self.d_model}) must be divisible by "
                              f"ModelConfig.n_heads ({self.n_heads})")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
-        if not self.tau0 > 0:
-            raise ValueError(f"ModelConfig.tau0 must be > 0, got {self.tau0}")
         if self.arch == "vit" and self.image_size % self.patch_size:
             raise ValueError(f"ModelConfig.image_size ({self.image_size}) must be divisible by "
                              f"ModelConfig.patch_size ({self.patch_size})")
         self._check_residual()
         scheme.check(self)
+        self._check_used()
+        if self.arch != "encdec":        # unused; a saved n_dec_layers == n_layers (the old resolved value) reads as None
+            object.__setattr__(self, "n_dec_layers", None)
+        elif self.n_dec_layers is None:
+            object.__setattr__(self, "n_dec_layers", self.n_layers)
+
+    def _check_used(self) -> None:
+        """Refuse a non-default value of a field that the chosen arch/scheme ignores (it would do nothing)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, (used_by, used) in USED_ONLY_BY.items():
+            value = getattr(self, name)
+            if value == defaults[name] or used(self) or (name == "n_dec_layers" and value == self.n_layers):
+                continue
+            raise ValueError(f"ModelConfig.{name}={value!r} has no effect here (arch={self.arch!r}, "
+                             f"scheme={self.scheme!r}, norm={self.norm!r}): it is used only by {used_by}; "
+                             f"leave it at its default {defaults[name]!r}")
 
     def _check_residual(self) -> None:
         lam, gam = self.residual_lambda, self.residual_gamma
-        if gam is not None and not 0.0 < gam <= 1.0:
-            raise ValueError(f"ModelConfig.residual_gamma must be in (0, 1], got {gam}")
-        if lam is not None and not 0.0 <= lam <= 1.0:
-            raise ValueError(f"ModelConfig.residual_lambda must be in [0, 1], got {lam}")
         if lam is not None and gam is None:
             raise ValueError("ModelConfig.residual_lambda needs residual_gamma (λ alone is ambiguous)")
         if lam is not None and not self.learn_residual and not math.isclose(lam ** 2 + gam ** 2, 1.0, abs_tol=1e-6):

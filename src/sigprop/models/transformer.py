@@ -15,6 +15,14 @@ from .config import ModelConfig
 from .stack import Stack
 
 
+def _check_mask(mask: torch.Tensor | None, ids: torch.Tensor, name: str) -> None:
+    """A key mask must have its ids' shape (batch, seq); True marks real tokens."""
+    if mask is not None and isinstance(ids, torch.Tensor) and (not isinstance(mask, torch.Tensor)
+                                                              or tuple(mask.shape) != tuple(ids.shape)):
+        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a (batch, seq) tensor of the ids' shape {tuple(ids.shape)}, got {got}")
+
+
 class _TiedLM(nn.Module):
     """Shared pieces of the token models: embedding, dropout and the tied, scaled output head."""
 
@@ -43,6 +51,7 @@ class _SingleStackLM(_TiedLM):
         self.stack = Stack(cfg, self.stack_name, cfg.n_layers, causal=self.causal)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_mask(attention_mask, input_ids, "attention_mask")
         return self.logits(self.stack(self.embed_tokens(input_ids), attention_mask))
 
 
@@ -68,6 +77,9 @@ class EncoderDecoder(_TiedLM):
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor,
                 src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        _check_mask(src_mask, src_ids, "src_mask")
+        if isinstance(src_ids, torch.Tensor) and isinstance(tgt_ids, torch.Tensor) and len(src_ids) != len(tgt_ids):
+            raise ValueError(f"src_ids and tgt_ids must have one batch size, got {len(src_ids)} and {len(tgt_ids)}")
         memory = self.encoder(self.embed_tokens(src_ids), src_mask)          # (B, S, d)
         return self.logits(self.decoder(self.embed_tokens(tgt_ids), memory=memory, memory_mask=src_mask))
 

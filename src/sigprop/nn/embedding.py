@@ -7,6 +7,23 @@ from torch import nn
 from .roles import tag, tag_linear
 
 
+def check_ids(ids: torch.Tensor, vocab_size: int, max_seq_len: int) -> None:
+    """Raise ValueError unless ``ids`` is an integer tensor (batch, seq) with 1 <= seq <= max_seq_len and
+    every id in [0, vocab_size). (The id range is not checked while torch.compile traces.)"""
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in _INT_DTYPES or ids.ndim != 2:
+        got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"token ids must be an integer tensor (batch, seq), got {got}")
+    if not 1 <= ids.shape[1] <= max_seq_len:
+        raise ValueError(f"sequence length {ids.shape[1]} must be in [1, max_seq_len={max_seq_len}]")
+    if ids.numel() and not torch.compiler.is_compiling():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"token ids must be in [0, vocab_size={vocab_size}), got ids in [{lo}, {hi}]")
+
+
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 class TokenEmbedding(nn.Module):
     """x = E_tok[ids] + E_pos[0..T); ids: (B, T) -> (B, T, d). ``n_tables`` = 2 summed tables."""
 
@@ -20,10 +37,8 @@ class TokenEmbedding(nn.Module):
         tag(self.pos.weight, "pos")
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        t = ids.shape[1]
-        if t > self.pos.num_embeddings:
-            raise ValueError(f"sequence length {t} exceeds max_seq_len {self.pos.num_embeddings}")
-        return self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
+        check_ids(ids, self.tok.num_embeddings, self.pos.num_embeddings)
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
 
 
 class PatchEmbedding(nn.Module):
@@ -36,7 +51,7 @@ class PatchEmbedding(nn.Module):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size ({image_size}) must be divisible by patch_size ({patch_size})")
-        self.patch_size = patch_size
+        self.patch_size, self.image_size = patch_size, image_size
         n_patches = (image_size // patch_size) ** 2
         self.proj = tag_linear(nn.Linear(in_channels * patch_size ** 2, d_model, bias=bias), "patch")
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
@@ -45,6 +60,12 @@ class PatchEmbedding(nn.Module):
         tag(self.pos, "pos")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        c, side = self.proj.in_features // self.patch_size ** 2, self.image_size
+        if not (isinstance(images, torch.Tensor) and images.is_floating_point() and images.ndim == 4
+                and tuple(images.shape[1:]) == (c, side, side)):
+            got = f"{tuple(images.shape)} {images.dtype}" if isinstance(images, torch.Tensor) else type(images).__name__
+            raise ValueError(f"images must be a float tensor (batch, in_channels={c}, image_size={side}, "
+                             f"image_size={side}) (patch_size {self.patch_size}), got {got}")
         p = self.patch_size
         patches = nn.functional.unfold(images, kernel_size=p, stride=p).transpose(1, 2)  # (B, N, C·p·p)
         x = self.proj(patches)                                                          # (B, N, d)

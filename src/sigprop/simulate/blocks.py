@@ -26,6 +26,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
+from ..fields import NONNEGATIVE, POSITIVE, Range, check_fields
 from ..theory.kernels import shaped_relu_slopes
 
 Tensor = torch.Tensor
@@ -59,6 +60,10 @@ class BlockParams:
     c_plus: float = 0.0
     c_minus: float = -1.0
     n_k: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self, "", {"width": Range(1), "gamma": Range(0.0, 1.0, lo_open=True), "tau0": POSITIVE,
+                                "n_k": NONNEGATIVE})
 
     @property
     def keys(self) -> int:

@@ -17,7 +17,8 @@ import math
 
 import torch
 
-from ..theory.sde import check_covariance, check_params, psd_root
+from ..fields import check_value, invalid
+from ..theory.sde import check_covariance, psd_root
 from .blocks import BLOCK_MAPS, BLOCKS, LN_BLOCKS, SHAPED_BLOCKS, BlockParams
 from .projectors import GaussianProjector, GramProjector, WeightProjector
 
@@ -37,14 +38,11 @@ def block_params(block: str, width: int, *, gamma: float | None, tau0: float, c_
     """Validate the arguments of `block` and bundle them; gamma is required for shaped blocks only."""
     if block not in BLOCKS:
         raise ValueError(f"block must be one of {BLOCKS}, got {block!r}")
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
-    if n_k is not None and n_k < 1:
-        raise ValueError(f"n_k must be >= 1, got {n_k}")
+    if n_k is not None and check_value(n_k, int, "n_k") < 1:
+        raise ValueError(invalid("n_k", n_k, ">= 1"))
     if block in SHAPED_BLOCKS:
         if gamma is None:
             raise ValueError(f"gamma is required for block {block!r} (in (0, 1])")
-        check_params(gamma, tau0)
     elif gamma is not None:
         raise ValueError(f"gamma is only used by {SHAPED_BLOCKS}, not by {block!r}")
     return BlockParams(width=width, gamma=1.0 if gamma is None else gamma, tau0=tau0,
@@ -68,7 +66,7 @@ def _prepare(block: str, V0: Tensor, width: int, depth: int, samples: int, metho
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "gram" and block in LN_BLOCKS:
         raise ValueError(f"method 'gram' needs an LN-free block, not {block!r}; use 'gaussian'")
-    if depth < 0 or samples < 1:
+    if check_value(depth, int, "depth") < 0 or check_value(samples, int, "samples") < 1:
         raise ValueError(f"depth must be >= 0 and samples >= 1, got depth={depth}, samples={samples}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -105,7 +103,7 @@ def simulate(block: str, V0: Tensor, width: int, depth: int, samples: int, seed:
     V0, p = _prepare(block, V0, width, depth, samples, method, dtype,
                      dict(gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus, n_k=n_k))
     step = BLOCK_MAPS[block]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_value(seed, int, "seed"))
     m = V0.shape[-1]
     out = torch.empty(samples, depth + 1, m, m, dtype=dtype)
     size = _chunk_size(method, samples, m, width, chunk)
@@ -137,7 +135,7 @@ def gradient_norms(block: str, V0: Tensor, width: int, depth: int, samples: int,
     V0, p = _prepare(block, V0, width, depth, samples, "weights", dtype,
                      dict(gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus, n_k=n_k))
     step = BLOCK_MAPS[block]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_value(seed, int, "seed"))
     m = V0.shape[-1]
     out = torch.empty(samples, depth, dtype=dtype)
     size = _chunk_size("weights", samples, m, width, chunk)

@@ -31,17 +31,20 @@ from dataclasses import dataclass
 
 import torch
 
+from ..fields import POSITIVE, Range, check_value, invalid
+
 Tensor = torch.Tensor
 KINDS = ("resnet", "attention", "transformer")
 METHODS = ("structured", "naive")
 
 
-def check_params(gamma: float, tau0: float) -> None:
-    """Raise ValueError unless gamma ∈ (0, 1] and tau0 > 0."""
-    if not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma must be in (0, 1], got {gamma}")
-    if not tau0 > 0.0:
-        raise ValueError(f"tau0 must be > 0, got {tau0}")
+def check_params(gamma: float, tau0: float, c_plus: float = 0.0, c_minus: float = -1.0) -> None:
+    """Raise ValueError unless gamma ∈ (0, 1], tau0 > 0 and c± are finite real numbers."""
+    for name, value, allowed in (("gamma", gamma, Range(0.0, 1.0, lo_open=True)), ("tau0", tau0, POSITIVE),
+                                 ("c_plus", c_plus, None), ("c_minus", c_minus, None)):
+        value = check_value(value, float, name)
+        if allowed is not None and value not in allowed:
+            raise ValueError(invalid(name, value, allowed))
 
 
 def check_covariance(V: Tensor, name: str = "V0") -> None:
@@ -121,9 +124,11 @@ def attention_drift(V: Tensor, gamma: float, tau0: float = 1.0) -> Tensor:
 
 def drift(kind: str, V: Tensor, *, gamma: float, tau0: float = 1.0, c_plus: float = 0.0,
           c_minus: float = -1.0) -> Tensor:
-    """Drift b(V) of `kind` ("resnet", "attention", "transformer"); V (..., m, m) -> (..., m, m)."""
+    """Drift b(V) of `kind` ("resnet", "attention", "transformer"); V (..., m, m) -> (..., m, m), V finite
+    symmetric PSD (ValueError otherwise)."""
     _check_kind(kind)
-    check_params(gamma, tau0)
+    check_params(gamma, tau0, c_plus, c_minus)
+    check_covariance(V, "V")
     return _drift(kind, V, gamma, tau0, c_plus, c_minus)
 
 
@@ -146,9 +151,10 @@ def _diffusion_weights(kind: str, gamma: float, tau0: float, m: int) -> tuple[fl
 
 
 def diffusion(kind: str, V: Tensor, *, gamma: float, tau0: float = 1.0) -> Tensor:
-    """Diffusion Σ(V) of `kind`, full tensor (..., m, m, m, m) (see module docstring)."""
+    """Diffusion Σ(V) of `kind`, full tensor (..., m, m, m, m) (see module docstring); V finite symmetric PSD."""
     _check_kind(kind)
     check_params(gamma, tau0)
+    check_covariance(V, "V")
     a, b = _diffusion_weights(kind, gamma, tau0, V.shape[-1])
     return pair_sym(V, a * V + b * (V @ _centre(V) @ V))
 
@@ -158,13 +164,13 @@ def psd_root(V: Tensor, tol: float | None = None) -> tuple[Tensor, Tensor]:
 
     Cholesky where it succeeds; elsewhere (singular or slightly indefinite V) the eigen-root
     Q diag(√w⁺), eigenvalues below tol·max|w| set to exactly 0 so null spaces are kept exactly;
-    no jitter. Where ok is False, R is finite but meaningless.
+    no jitter. Where V is finite but not PSD (ok False), R is finite but meaningless; where V has a
+    NaN or ±inf entry, R is all NaN (non-finite input propagates).
     """
     tol = 1e4 * torch.finfo(V.dtype).eps if tol is None else tol
-    finite = torch.isfinite(V.sum((-2, -1)))
-    if not bool(finite.all()):
-        V = torch.where(finite[..., None, None], V, torch.eye(V.shape[-1], dtype=V.dtype))
-    R, info = torch.linalg.cholesky_ex(V)
+    finite = torch.isfinite(V).all(-1).all(-1)
+    R, info = torch.linalg.cholesky_ex(torch.where(finite[..., None, None], V, torch.eye(V.shape[-1], dtype=V.dtype)))
+    R = R.masked_fill(~finite[..., None, None], math.nan)
     ok = finite & (info == 0)
     bad = ~ok & finite
     if bool(bad.any()):
@@ -255,13 +261,21 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
     run in chunks of `chunk` (cache-sized batches); results are deterministic given seed and chunk.
     """
     _check_kind(kind)
-    check_params(gamma, tau0)
+    check_params(gamma, tau0, c_plus, c_minus)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if min(steps, paths, record_every, chunk) < 1 or steps % record_every:
-        raise ValueError("steps, paths, record_every, chunk must be >= 1 and record_every must divide steps")
-    if not (t > 0 and blowup > 0):
-        raise ValueError(f"t and blowup must be > 0, got t={t}, blowup={blowup}")
+    for name, value in (("steps", steps), ("paths", paths), ("record_every", record_every), ("chunk", chunk)):
+        if check_value(value, int, name) < 1:
+            raise ValueError(invalid(name, value, ">= 1"))
+    check_value(seed, int, "seed")
+    if steps % record_every:
+        raise ValueError(f"record_every={record_every} must divide steps={steps}")
+    if not (math.isfinite(check_value(t, float, "t")) and t > 0):
+        raise ValueError(invalid("t", t, "a finite number > 0"))
+    if not (isinstance(blowup, (int, float)) and not isinstance(blowup, bool) and blowup > 0):
+        raise ValueError(invalid("blowup", blowup, "> 0 (inf: never stop a path for its size)"))
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     V0 = torch.as_tensor(V0, dtype=dtype)
     if V0.ndim != 2:
         raise ValueError(f"V0 must have shape (m, m), got {tuple(V0.shape)}")

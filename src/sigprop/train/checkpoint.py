@@ -14,6 +14,7 @@ the marker, the model config and both hashes, and raises `CheckpointError` other
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
+
+from ..models import ModelConfig
 
 FORMAT, VERSION = "sigprop-checkpoint", 1
 _NAME = re.compile(r"^step_(\d{8})\.json$")
@@ -74,8 +77,10 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    meta: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int) -> Path:
-    """Write the checkpoint of ``step`` atomically and keep the newest ``keep_last``; returns the JSON path.
+                    meta: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int,
+                    protect: Path | None = None) -> Path:
+    """Write the checkpoint of ``step`` atomically and keep the newest ``keep_last`` (and ``protect``, the
+    last good one, whatever its age); returns the JSON path.
 
     meta: JSON-able extras (configs, data position); rngs: `capture_rng` of every rank.
     """
@@ -101,7 +106,9 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torc
     tmp.write_text(json.dumps(record, indent=1))
     _fsync_replace(tmp, Path(f"{stem}.json"))
     for old in list_checkpoints(ckpt_dir)[:-keep_last]:
-        for p in (old, *(old.with_name(old.stem + s) for s in (".weights.safetensors", ".state.safetensors"))):
+        if protect is not None and old.name == Path(protect).name:
+            continue
+        for p in checkpoint_files(old):
             p.unlink(missing_ok=True)
     return Path(f"{stem}.json")
 
@@ -111,6 +118,43 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     if not ckpt_dir.is_dir():
         return []
     return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
+
+
+def checkpoint_files(path: Path) -> tuple[Path, Path, Path]:
+    """The three files of the checkpoint whose JSON is ``path``: JSON, weights, state."""
+    stem = Path(path).name[:-len(".json")]
+    return Path(path), Path(path).with_name(f"{stem}.weights.safetensors"), Path(path).with_name(f"{stem}.state.safetensors")
+
+
+def resume_point(ckpt_dir: Path, chosen: str | Path | None) -> Path | None:
+    """The checkpoint to resume from: ``chosen`` (which must be one of ``ckpt_dir``'s) or else the newest;
+    None when ``ckpt_dir`` holds none."""
+    found = list_checkpoints(ckpt_dir)
+    if not chosen:
+        return found[-1] if found else None
+    path = Path(chosen)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist; checkpoints of this run: "
+                              f"{[p.name for p in found] or 'none'} in {ckpt_dir}")
+    if path.resolve() not in [p.resolve() for p in found]:
+        raise CheckpointError(f"checkpoint {path} is not one of this run's checkpoints (in {ckpt_dir}: "
+                              f"{[p.name for p in found] or 'none'}); resume from a checkpoint of train.out_dir")
+    return path
+
+
+def set_aside_newer(ckpt_dir: Path, step: int) -> Path | None:
+    """Move the checkpoints newer than ``step`` into ``ckpt_dir/abandoned_after_<step>/`` (a run resumed
+    from an earlier checkpoint continues from there; nothing is deleted); returns that folder or None."""
+    newer = [p for p in list_checkpoints(ckpt_dir) if int(_NAME.match(p.name).group(1)) > step]
+    if not newer:
+        return None
+    folder = ckpt_dir / f"abandoned_after_{step:08d}"
+    folder.mkdir(exist_ok=True)
+    for ckpt in newer:
+        for p in checkpoint_files(ckpt):
+            if p.exists():
+                os.replace(p, folder / p.name)
+    return folder
 
 
 def read_checkpoint(path: Path, model_config: dict[str, Any]) -> dict[str, Any]:
@@ -126,6 +170,8 @@ def read_checkpoint(path: Path, model_config: dict[str, Any]) -> dict[str, Any]:
     if record.get("version") != VERSION:
         raise CheckpointError(f"checkpoint {path} has version {record.get('version')}, expected {VERSION}")
     theirs = record.get("model_config", {})
+    with contextlib.suppress(ValueError, TypeError):      # compare resolved configs (older files wrote n_dec_layers)
+        theirs = ModelConfig.from_dict(theirs).to_dict()
     diff = sorted(k for k in set(theirs) | set(model_config) if theirs.get(k) != model_config.get(k))
     if diff:
         detail = ", ".join(f"{k}: checkpoint {theirs.get(k)!r} vs run {model_config.get(k)!r}" for k in diff)

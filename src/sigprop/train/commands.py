@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -24,9 +27,26 @@ from .trainer import NonFiniteLossError, Trainer
 EXIT_OK, EXIT_NONFINITE, EXIT_INVALID = 0, 1, 2
 
 
+USER_ERRORS = (ValueError, OSError, CheckpointError)   # bad value, missing/unreadable file, unwritable output
+
+
 def _fail(prog: str, err: Exception) -> int:
-    print(f"{prog}: error: {err}", file=sys.stderr)
+    print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
     return EXIT_NONFINITE if isinstance(err, NonFiniteLossError) else EXIT_INVALID
+
+
+def resume_command(argv: Sequence[str], checkpoint: Path, lr: float) -> str:
+    """The ``sigprop train`` command line that resumes ``argv``'s run from ``checkpoint`` with learning rate
+    ``lr`` (``argv``'s own --resume/--resume-from/--fresh-if-none are replaced)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--resume-from":
+            skip = True
+        elif arg not in ("--resume", "--fresh-if-none") and not arg.startswith("--resume-from="):
+            kept.append(arg)
+    return shlex.join(["sigprop", "train", *kept, "--set", f"optim.lr={lr:.3g}", "--resume-from", str(checkpoint)])
 
 
 def _sets(p: argparse.ArgumentParser) -> None:
@@ -39,12 +59,35 @@ def train_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="sigprop train", description="Train a sigprop model.")
     p.add_argument("--config", help="TOML run config (see configs/)")
     _sets(p)
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir "
+                   "(an error if there is none, unless --fresh-if-none)")
+    p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue from this checkpoint JSON of "
+                   "train.out_dir/checkpoints (e.g. the last good one a NaN stop names); newer ones are set aside")
+    p.add_argument("--fresh-if-none", action="store_true", help="with --resume: start from step 0 when "
+                   "train.out_dir has no checkpoint yet")
     args = p.parse_args(list(argv))
+    sets = list(args.set)
+    if args.resume or args.resume_from:
+        sets.append("train.resume=true")
+    if args.resume_from:
+        sets.append(f"train.resume_from={json.dumps(args.resume_from)}")
+    if args.fresh_if_none:
+        sets.append("train.fresh_if_none=true")
     try:
-        cfg = load_config(args.config, args.set + (["train.resume=true"] if args.resume else []))
+        if args.config is not None and not Path(args.config).is_file():
+            raise ValueError(f"--config {args.config}: no such file (or not a file)")
+        cfg = load_config(args.config, sets)
         trainer = train(cfg, argv=list(argv))
-    except (ValueError, CheckpointError, NonFiniteLossError) as e:
+    except NonFiniteLossError as e:
+        _fail("sigprop train", e)
+        if e.checkpoint is not None:
+            print("sigprop train: to continue, lower the learning rate and resume from the last good checkpoint:\n  "
+                  + resume_command(argv, e.checkpoint, cfg.optim.lr / 10), file=sys.stderr)
+        else:
+            print("sigprop train: no checkpoint is good to resume from; lower optim.lr (or raise "
+                  "optim.warmup_steps) and start again in a new train.out_dir", file=sys.stderr)
+        return EXIT_NONFINITE
+    except USER_ERRORS as e:
         return _fail("sigprop train", e)
     if trainer.dist.is_main:
         done = f"stopped ({trainer.stop_reason})" if trainer.stop_reason else "finished"
@@ -68,9 +111,12 @@ def eval_main(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     try:
         cfg, model, path = load_run(args.run, args.checkpoint, args.set)
+        if cfg.train.eval_batches < 1:
+            raise ValueError("train.eval_batches=0 in this run: there is no validation set to evaluate; "
+                             "pass --set train.eval_batches=N (N >= 1)")
         data = prepare_data(cfg, path.parent.parent, save_tokenizer=False)
         metrics = Trainer(cfg, model, data, path.parent.parent).evaluate()
-    except (ValueError, CheckpointError) as e:
+    except USER_ERRORS as e:
         return _fail("sigprop eval", e)
     print(json.dumps({"checkpoint": str(path), **metrics}))
     return EXIT_OK
@@ -87,14 +133,20 @@ def generate_main(argv: Sequence[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(list(argv))
     try:
+        if args.max_new_tokens < 0 or args.top_k < 0 or not (math.isfinite(args.temperature) and args.temperature >= 0):
+            raise ValueError(f"--max-new-tokens ({args.max_new_tokens}) and --top-k ({args.top_k}) must be "
+                             f"integers >= 0 and --temperature ({args.temperature}) a finite number >= 0")
         cfg, model, _ = load_run(args.run, args.checkpoint, args.set)
         if cfg.model.arch != "decoder":
             raise ValueError(f"generate needs model.arch='decoder', this run has {cfg.model.arch!r}")
+        if not Path(cfg.data.tokenizer).is_file():
+            raise ValueError(f"run {args.run} has no tokenizer.json (data.tokenizer={cfg.data.tokenizer!r}); "
+                             "generate needs the run's tokenizer")
         tok = BPETokenizer.load(cfg.data.tokenizer)
         ids = torch.tensor([[tok.eos_id] + tok.encode(args.prompt)])
         out = sample(model, ids, args.max_new_tokens, cfg.model.max_seq_len, args.temperature,
                      args.top_k, generator(args.seed))
-    except (ValueError, CheckpointError) as e:
+    except USER_ERRORS as e:
         return _fail("sigprop generate", e)
     print(tok.decode(out[0, 1:].tolist()))
     return EXIT_OK

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping, invalid
 from ..models import ModelConfig
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
@@ -36,11 +35,8 @@ class DataConfig:
     span_len: int = 3                # length of each masked span for denoising
 
     def __post_init__(self) -> None:
-        _require(0.0 < self.val_fraction < 1.0, "data.val_fraction", self.val_fraction, "in (0, 1)")
-        _require(self.seq_len >= 2, "data.seq_len", self.seq_len, ">= 2")
-        _require(self.max_chars >= 0, "data.max_chars", self.max_chars, ">= 0")
-        _require(0.0 < self.mask_prob < 1.0, "data.mask_prob", self.mask_prob, "in (0, 1)")
-        _require(self.span_len >= 1, "data.span_len", self.span_len, ">= 1")
+        check_fields(self, "data.", {"val_fraction": UNIT_OPEN, "seq_len": Range(2), "max_chars": NONNEGATIVE,
+                                     "mask_prob": UNIT_OPEN}, int_range=Range(1))
 
 
 @dataclass(frozen=True)
@@ -58,10 +54,9 @@ class OptimConfig:
     grad_clip: float = 1.0           # max global grad norm (0 = no clipping)
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0, "optim.lr", self.lr, "> 0")
-        _require(0.0 <= self.min_lr_ratio <= 1.0, "optim.min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
-        _require(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, ">= 0")
-        _require(self.grad_clip >= 0, "optim.grad_clip", self.grad_clip, ">= 0")
+        check_fields(self, "optim.", {"lr": POSITIVE, "min_lr_ratio": UNIT_CLOSED, "weight_decay": NONNEGATIVE,
+                                      "beta1": Range(0.0, 1.0, hi_open=True), "beta2": Range(0.0, 1.0, hi_open=True),
+                                      "eps": POSITIVE}, int_range=NONNEGATIVE, float_range=NONNEGATIVE)
 
 
 @dataclass(frozen=True)
@@ -83,12 +78,16 @@ class TrainConfig:
     recover_steps: int = 4000        # model.shaping="recover": steps over which γ₁, γ₂, s₋ decay to 0
     progress: bool = True            # tqdm progress bar on rank 0
     tensorboard: bool = False        # also log to TensorBoard (extra: sigprop[tensorboard])
+    resume_from: str = ""            # with resume: this checkpoint JSON of out_dir/checkpoints ("" = the newest)
+    fresh_if_none: bool = False      # with resume: start from step 0 when out_dir has no checkpoint (else an error)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "grad_accum", "keep_last", "recover_steps"):
-            _require(getattr(self, name) >= 1, f"train.{name}", getattr(self, name), ">= 1")
-        for name in ("eval_every", "eval_batches", "diag_every", "ckpt_every"):
-            _require(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), ">= 0")
+        check_fields(self, "train.", {name: NONNEGATIVE for name in ("eval_every", "eval_batches", "diag_every",
+                                                                    "ckpt_every", "seed")}, int_range=Range(1))
+        _require(self.out_dir.strip() != "", "train.out_dir", self.out_dir, "a folder path (not empty)")
+        for name in ("resume_from", "fresh_if_none"):
+            _require(self.resume or not getattr(self, name), f"train.{name}", getattr(self, name),
+                     "left at its default unless train.resume=true (it only chooses where a resume starts)")
         _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                  "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
 
@@ -127,53 +126,7 @@ def _as_dict(section: Any) -> dict[str, Any]:
 
 def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
-
-
-def _check(value: Any, hint: Any, name: str) -> Any:
-    """Return ``value`` as type ``hint`` (int widens to float) or raise ValueError naming ``name``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, Mapping):
-            raise ValueError(f"{name} must be a table of keys, got {value!r}")
-        return from_mapping(hint, value, f"{name}.")
-    if origin is Literal:
-        if value not in args:
-            raise ValueError(f"{name}={value!r} is invalid; allowed values: {list(args)}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        for arg in args:
-            try:
-                return _check(value, arg, name)
-            except ValueError:
-                continue
-        raise ValueError(f"{name}={value!r} has the wrong type; expected {hint}")
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name}={value!r} has the wrong type; expected a list")
-        item = args[0] if args else Any
-        return origin(_check(v, item, f"{name}[{i}]") for i, v in enumerate(value))
-    if hint is Any:
-        return value
-    if hint is type(None) and value is None:
-        return None
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(hint, type) and isinstance(value, hint) and not (
-            isinstance(value, bool) and hint is not bool):
-        return value
-    raise ValueError(f"{name}={value!r} has the wrong type; expected {getattr(hint, '__name__', hint)}")
-
-
-def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = [k for k in raw if k not in names]
-    if unknown:
-        raise ValueError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
-                         f"{' in ' + prefix[:-1] if prefix else ''}: {sorted(names)}")
-    return cls(**{k: _check(v, hints[k], prefix + k) for k, v in raw.items()})
+        raise ValueError(invalid(name, value, allowed))
 
 
 def parse_value(text: str) -> Any:
@@ -204,7 +157,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     raw: dict[str, Any] = {}
     if path is not None:
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            try:
+                raw = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise ValueError(f"{path} is not valid TOML: {e}") from e
     raw = apply_overrides(raw, list(overrides))
     if "model" not in raw:
         raise ValueError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")

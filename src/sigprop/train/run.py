@@ -17,6 +17,7 @@ from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from .config import RunConfig, dump_toml, load_config
 from .data import prepare_data
 from .distributed import barrier, init_distributed, shutdown
+from .run_dir import check_run_dir, claim
 from .trainer import Trainer
 
 
@@ -27,19 +28,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def check_run_dir(cfg: RunConfig) -> Path:
-    """``train.out_dir``; a fresh run (``train.resume`` false) refuses one that holds checkpoints."""
-    run_dir = Path(cfg.train.out_dir)
-    if not cfg.train.resume and list_checkpoints(run_dir / "checkpoints"):
-        raise ValueError(f"train.out_dir={str(run_dir)!r} already holds checkpoints; "
-                         "set train.resume=true (or --resume) to continue, or choose another train.out_dir")
-    return run_dir
-
-
 def prepare_run_dir(cfg: RunConfig, argv: Sequence[str] | None) -> Path:
     """Create ``train.out_dir``; write the resolved config.toml and the command line."""
-    run_dir = check_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = check_run_dir(cfg.train)
+    claim(run_dir)
     if not cfg.train.resume:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     (run_dir / "config.toml").write_text(dump_toml(cfg.to_dict()))
@@ -53,7 +45,7 @@ def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str
     """Run a whole training (one process, or one rank under torchrun); returns the finished trainer."""
     dist = init_distributed(cfg.train.device)
     try:
-        run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg)   # every rank fails alike
+        run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)   # every rank fails alike
         barrier(dist)
         data = prepare_data(cfg, run_dir, save_tokenizer=dist.is_main)
         seed_everything(cfg.train.seed)

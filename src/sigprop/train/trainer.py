@@ -22,10 +22,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback, Diagnostics
-from .checkpoint import capture_rng, list_checkpoints, load_checkpoint, restore_rng, save_checkpoint
+from .checkpoint import capture_rng, load_checkpoint, restore_rng, resume_point, save_checkpoint, set_aside_newer
 from .config import OptimConfig, RunConfig
 from .data import DataBundle
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
+from .health import LastGood
 from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
 from .objectives import Batch, loss_terms
 from .sampler import EpochSampler, generator, shard_bounds
@@ -35,7 +36,13 @@ EVAL_STREAM, DIAG_STREAM = -1, -2   # generator streams of the fixed validation/
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss or gradient norm became NaN/Inf; the offending step was not applied."""
+    """The loss or gradient norm became NaN/Inf; the offending step was not applied.
+
+    ``checkpoint``: the last good checkpoint (`sigprop.train.health`) to resume from, or None."""
+
+    def __init__(self, message: str, checkpoint: Path | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
 
 
 @dataclass
@@ -68,6 +75,8 @@ class Trainer:
         self.micro = shard_bounds(cfg.train.batch_size, dist.world_size, dist.rank, cfg.train.grad_accum)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.last_checkpoint: Path | None = None
+        self.health = LastGood()
+        self.set_aside: Path | None = None              # newer checkpoints moved away by a resume from an earlier one
         self.stop_reason: str | None = None
         self.callbacks: list[Callback] = []             # sinks first: the others may log from on_train_start
         if dist.is_main:
@@ -124,12 +133,14 @@ class Trainer:
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
         grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))     # clip
         loss = float(totals[0]) / n_targets
+        self.health.observe(loss, grad_norm)
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            self.log({"kind": "event", "event": "non_finite", "loss": loss, "grad_norm": grad_norm})
+            self.log({"kind": "event", "event": "non_finite", "loss": loss, "grad_norm": grad_norm,
+                      "last_good": str(self.health.good) if self.health.good else None})
             raise NonFiniteLossError(
                 f"non-finite training loss {loss} (grad norm {grad_norm}) at step {self.state.step + 1}; "
-                f"the step was not applied. Last good checkpoint: {self.last_checkpoint or 'none'}. "
-                "Lower optim.lr or raise optim.warmup_steps, then resume.")
+                f"the step was not applied. Last good checkpoint (its next step was healthy): "
+                f"{self.health.good or 'none'}", self.health.good)
         lr = lr_at(self.state.step, cfg.train.steps, cfg.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -169,19 +180,22 @@ class Trainer:
         rngs = all_gather(capture_rng(), self.dist)
         if self.dist.is_main:
             meta = {"data_position": self.state.position, "config": self.cfg.to_dict(),
-                    "model_config": self.cfg.model.to_dict()}
+                    "model_config": self.cfg.model.to_dict(), **self.health.meta()}
             self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.state.step, self.model, self.optimizer,
-                                                   meta, rngs, self.cfg.train.keep_last)
+                                                   meta, rngs, self.cfg.train.keep_last, protect=self.health.good)
+            self.health.saved(self.last_checkpoint)
             self.log({"kind": "event", "event": "checkpoint", "path": str(self.last_checkpoint)})
         barrier(self.dist)
 
     def _resume(self) -> list[dict[str, Any]] | None:
-        ckpts = list_checkpoints(self.ckpt_dir)
-        if not ckpts:
+        path = resume_point(self.ckpt_dir, self.cfg.train.resume_from)
+        if path is None:
             return None
-        record = load_checkpoint(ckpts[-1], self.model, self.cfg.model.to_dict(), self.optimizer)
+        record = load_checkpoint(path, self.model, self.cfg.model.to_dict(), self.optimizer)
         self.state = TrainState(record["step"], record["data_position"])
-        self.last_checkpoint = ckpts[-1]
+        self.last_checkpoint, self.health = path, LastGood.from_record(path, record)
+        barrier(self.dist)                    # every rank has read it before rank 0 moves newer ones aside
+        self.set_aside = set_aside_newer(self.ckpt_dir, record["step"]) if self.dist.is_main else None
         return record["rng"]
 
     # -- the loop -----------------------------------------------------------------------
@@ -200,7 +214,8 @@ class Trainer:
         self._call("on_train_start")
         try:
             if rngs is not None:
-                self.log({"kind": "event", "event": "resumed", "path": str(self.last_checkpoint)})
+                self.log({"kind": "event", "event": "resumed", "path": str(self.last_checkpoint),
+                          "set_aside": str(self.set_aside) if self.set_aside else None})
                 if len(rngs) == self.dist.world_size:
                     restore_rng(rngs[self.dist.rank])
                 else:   # world size changed: exact continuation is impossible anyway

@@ -1,0 +1,148 @@
+"""One checker for every typed, frozen config dataclass: types from the annotations, finiteness, ranges.
+
+A config's ``__post_init__`` calls `check_fields(self, prefix, ranges)`: every field is checked
+against its type hint (``int`` widens to ``float``; ``bool`` is never an ``int``; a float must be
+finite), then against its `Range` from the table, so a field added later is covered by its
+annotation alone. Every failure is a ``ValueError`` naming the field, the value and what is allowed.
+This module imports nothing from sigprop, so every layer may use it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+
+@dataclass(frozen=True)
+class Range:
+    """The interval ``lo … hi`` with open or closed ends (``lo_open``/``hi_open``)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    label: str = ""               # how messages say it, e.g. "a positive integer" (default: the interval)
+
+    def __contains__(self, v: float) -> bool:
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        if self.label:
+            return self.label
+        lo, hi = _number(self.lo), _number(self.hi)
+        if self.hi == math.inf:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        if self.lo == -math.inf:
+            return f"{'<' if self.hi_open else '<='} {hi}"
+        return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else f"{x:g}"
+
+
+POSITIVE_INT = Range(1, label="a positive integer")
+POSITIVE = Range(0.0, lo_open=True)          # > 0
+NONNEGATIVE = Range(0.0)                     # >= 0
+UNIT_OPEN = Range(0.0, 1.0, True, True)      # (0, 1)
+UNIT_CLOSED = Range(0.0, 1.0)                # [0, 1]
+
+
+def invalid(name: str, value: Any, allowed: Any) -> str:
+    """The one wording of a refused value: ``{name}={value!r} is invalid: {field} must be {allowed}``."""
+    return f"{name}={value!r} is invalid: {name.rsplit('.', 1)[-1]} must be {allowed}"
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))
+
+
+def check_value(value: Any, hint: Any, name: str) -> Any:
+    """Return ``value`` as type ``hint`` or raise ValueError naming ``name``.
+
+    ``int`` (any integral number but ``bool``) widens to ``float``; floats must be finite; a nested
+    dataclass is built from a mapping with `from_mapping`; ``Literal``, unions, ``list``/``tuple`` as usual.
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        if dataclasses.is_dataclass(value) and isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name} must be a table of keys, got {value!r}")
+        return from_mapping(hint, value, f"{name}.")
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{name}={value!r} is invalid; allowed values: {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in args:
+            try:
+                return check_value(value, arg, name)
+            except ValueError as e:
+                errors.append(e)
+        finite = [e for e in errors if "finite" in str(e)]
+        raise finite[0] if finite else ValueError(
+            f"{name}={value!r} has the wrong type; expected {' or '.join(_type_name(a) for a in args)}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name}={value!r} has the wrong type; expected a list")
+        item = args[0] if args else Any
+        return origin(check_value(v, item, f"{name}[{i}]") for i, v in enumerate(value))
+    if hint is Any:
+        return value
+    if hint is type(None) and value is None:
+        return None
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if hint is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(invalid(name, value, "a finite number"))
+        return float(value)
+    if hint is str and isinstance(value, str):
+        return value
+    if hint not in (bool, int, float, str, type(None)) and isinstance(hint, type) and isinstance(value, hint):
+        return value
+    raise ValueError(f"{name}={value!r} has the wrong type; expected {_type_name(hint)}")
+
+
+def check_fields(obj: Any, prefix: str, ranges: Mapping[str, Range] = {},
+                 int_range: Range | None = None, float_range: Range | None = None) -> None:
+    """Check (and normalise, e.g. 1 → 1.0) every field of the frozen dataclass ``obj`` in place.
+
+    ``ranges``: allowed interval per field name (None values skip it); ``int_range``/``float_range``: the
+    interval of every ``int``/``float`` field without its own entry. Errors are worded by `invalid`.
+    """
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        name, value = prefix + f.name, getattr(obj, f.name)
+        value = check_value(value, hints[f.name], name)
+        object.__setattr__(obj, f.name, value)
+        allowed = ranges.get(f.name, _default_range(hints[f.name], int_range, float_range))
+        if allowed is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value not in allowed:
+            raise ValueError(invalid(name, value, allowed))
+
+
+def _default_range(hint: Any, int_range: Range | None, float_range: Range | None) -> Range | None:
+    kinds = {hint} | set(typing.get_args(hint))
+    return float_range if float in kinds else int_range if int in kinds else None
+
+
+def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [k for k in raw if k not in names]
+    if unknown:
+        raise ValueError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
+                         f"{' in ' + prefix[:-1] if prefix else ''}: {sorted(names)}")
+    return cls(**{k: check_value(v, hints[k], prefix + k) for k, v in raw.items()})

@@ -1,0 +1,285 @@
+"""Every input validated at the boundary, as properties (hypothesis): each generated invalid value is
+refused with a ValueError naming its field; each generated valid one builds and runs finitely."""
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sigprop import ModelConfig, build_model
+from sigprop.models.config import USED_ONLY_BY
+from sigprop.simulate import ensemble
+from sigprop.theory import sde
+from sigprop.train.config import DataConfig, OptimConfig, TrainConfig
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
+WRONG_TYPE = st.sampled_from([None, "1", [1], {"a": 1}, b"x"])
+NOT_AN_INT = st.one_of(WRONG_TYPE, st.just(True), st.floats(allow_nan=False).filter(lambda x: x != int(x) if
+                                                                                       math.isfinite(x) else True))
+
+# ModelConfig numeric fields: a strategy of values outside their allowed set
+MODEL_BAD_FLOATS = {
+    "dropout": st.one_of(st.floats(max_value=0.0, exclude_max=True, allow_infinity=False, allow_nan=False),
+                         st.floats(min_value=1.0, allow_infinity=False)),
+    "tau0": st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
+    "residual_gamma": st.one_of(st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
+                                st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
+    "dslm_k": st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
+    "dslm_r0": st.one_of(st.floats(max_value=0.0, exclude_max=True, allow_infinity=False, allow_nan=False),
+                         st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
+}
+MODEL_INT_FIELDS = ["vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "d_ff", "image_size",
+                    "patch_size", "in_channels", "n_classes"]
+MODEL_FLOAT_FIELDS = ["dropout", "tau0", "c_plus", "c_minus", "dslm_k", "dslm_r0", "residual_gamma"]
+MODEL_BOOL_FIELDS = ["bias", "learn_residual"]
+MODEL_CHOICE_FIELDS = ["arch", "scheme", "norm", "norm_type", "activation", "shaping", "qk_scaling"]
+# a base under which every field above is used (so only the value itself can be wrong)
+BASE = {"shaped": dict(scheme="shaped", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8),
+        "dslm": dict(scheme="dslm", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8,
+                     activation="shaped_relu"),
+        "vit": dict(arch="vit", d_model=16, n_heads=2, n_layers=1)}
+HOME = {**{f: "dslm" for f in ("dslm_k", "dslm_r0", "residual_gamma", "norm_type", "dropout", "bias",
+                               "learn_residual", "vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
+                               "d_ff", "arch", "norm", "activation", "shaping", "c_plus", "c_minus")},
+        **{f: "shaped" for f in ("tau0", "qk_scaling", "scheme")},
+        **{f: "vit" for f in ("image_size", "patch_size", "in_channels", "n_classes")}}
+
+
+@st.composite
+def invalid_model_value(draw):
+    kind = draw(st.sampled_from(["int", "float", "bool", "choice"]))
+    if kind == "int":
+        field = draw(st.sampled_from(MODEL_INT_FIELDS))
+        value = draw(st.one_of(NOT_AN_INT, st.integers(max_value=0)))
+    elif kind == "float":
+        field = draw(st.sampled_from(MODEL_FLOAT_FIELDS))
+        value = draw(st.one_of(NON_FINITE, WRONG_TYPE, st.just(True), MODEL_BAD_FLOATS.get(field, NON_FINITE)))
+    elif kind == "bool":
+        field = draw(st.sampled_from(MODEL_BOOL_FIELDS))
+        value = draw(st.one_of(WRONG_TYPE, st.sampled_from(["no", "false", 0, 1, 0.0])))
+    else:
+        field = draw(st.sampled_from(MODEL_CHOICE_FIELDS))
+        value = draw(st.one_of(WRONG_TYPE, st.text(min_size=1, max_size=8).filter(
+            lambda s: s not in ("decoder", "encoder", "encdec", "vit", "preln", "postln", "none", "relu", "gelu",
+                                "shaped_relu", "fixed", "recover", "learn", "temperature", "init", "layernorm",
+                                "rmsnorm", "vanilla", "shaped", "dslm", "deepnorm"))))
+    if value is None and field in ("norm", "d_ff", "dslm_r0", "residual_gamma"):   # None = the documented default
+        value = "None"
+    return field, value
+
+
+@SETTINGS
+@given(invalid_model_value())
+def test_model_config_refuses_every_invalid_value_naming_the_field(case):
+    field, value = case
+    with pytest.raises(ValueError, match=rf"ModelConfig\.{field}\b"):
+        ModelConfig(**{**BASE[HOME[field]], field: value})
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(USED_ONLY_BY)), st.sampled_from(["preln", "shaped", "dslm"]),
+       st.sampled_from(["decoder", "encoder", "vit"]))
+def test_a_field_the_model_ignores_is_refused_unless_default(field, scheme, arch):
+    base = dict(arch=arch, scheme=scheme, d_model=16, n_heads=2, n_layers=1)
+    cfg = ModelConfig(**base)
+    used = USED_ONLY_BY[field][1](cfg)
+    default = {f.name: f.default for f in dataclasses.fields(ModelConfig)}[field]
+    other = {"vocab_size": 300, "max_seq_len": 16, "n_dec_layers": 3, "norm_type": "rmsnorm", "tau0": 2.0,
+             "qk_scaling": "init", "c_plus": 0.5, "c_minus": -2.0, "shaping": "learn", "dslm_k": 3.0,
+             "dslm_r0": 0.2, "image_size": 12, "patch_size": 4, "in_channels": 2, "n_classes": 3}[field]
+    assert other != default
+    ModelConfig(**{**base, field: default})
+    if used:
+        ModelConfig(**{**base, field: other})
+    else:
+        with pytest.raises(ValueError, match=rf"ModelConfig\.{field}=.* has no effect"):
+            ModelConfig(**{**base, field: other})
+
+
+@st.composite
+def valid_model(draw):
+    arch = draw(st.sampled_from(["decoder", "encoder", "encdec", "vit"]))
+    scheme = draw(st.sampled_from(["preln", "postln", "vanilla", "shaped", "dslm", "deepnorm"]))
+    heads = draw(st.sampled_from([1, 2, 4]))
+    kw = dict(arch=arch, scheme=scheme, n_heads=heads, d_model=heads * draw(st.sampled_from([4, 8])),
+              n_layers=draw(st.integers(1, 3)), dropout=draw(st.floats(0.0, 0.5)), bias=draw(st.booleans()))
+    if draw(st.booleans()):
+        kw["d_ff"] = draw(st.integers(1, 40))
+    if arch == "vit":
+        patch = draw(st.integers(1, 3))
+        kw.update(patch_size=patch, image_size=patch * draw(st.integers(1, 3)), in_channels=draw(st.integers(1, 3)),
+                  n_classes=draw(st.integers(1, 5)))
+    else:
+        kw.update(vocab_size=draw(st.integers(2, 64)), max_seq_len=draw(st.integers(1, 8)))
+    if arch == "encdec":
+        kw["n_dec_layers"] = draw(st.integers(1, 3))
+    if scheme == "dslm":
+        kw.update(norm=draw(st.sampled_from(["preln", "postln"])), dslm_k=draw(st.floats(0.1, 8.0)),
+                  dslm_r0=draw(st.none() | st.floats(0.0, 1.0)))
+    if scheme in ("shaped", "dslm"):
+        gamma = draw(st.none() | st.floats(0.05, 1.0))
+        kw.update(residual_gamma=gamma, learn_residual=draw(st.booleans()))
+    shaped_relu = scheme == "shaped" or (scheme != "vanilla" and draw(st.booleans()))
+    if scheme == "shaped":
+        kw.update(tau0=draw(st.floats(0.5, 4.0)), qk_scaling=draw(st.sampled_from(["temperature", "init"])))
+    elif shaped_relu:
+        kw["activation"] = "shaped_relu"
+    if shaped_relu:
+        kw.update(c_plus=draw(st.floats(-3.0, 3.0)), c_minus=draw(st.floats(-3.0, 3.0)),
+                  shaping=draw(st.sampled_from(["fixed", "learn"])))
+    if scheme not in ("shaped", "vanilla"):
+        kw["norm_type"] = draw(st.sampled_from(["layernorm", "rmsnorm"]))
+    return ModelConfig(**kw)
+
+
+def _inputs(cfg: ModelConfig, g: torch.Generator):
+    if cfg.arch == "vit":
+        return (torch.randn(2, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g),)
+    ids = [torch.randint(0, cfg.vocab_size, (2, cfg.max_seq_len), generator=g) for _ in range(2)]
+    return tuple(ids) if cfg.arch == "encdec" else ids[:1]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_model(), st.integers(0, 2**31 - 1))
+def test_every_valid_model_config_builds_and_trains_one_step_finitely(cfg, seed):
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    out = model(*_inputs(cfg, torch.Generator().manual_seed(seed)))
+    assert torch.isfinite(out).all()
+    out.square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    opt.step()
+    assert torch.isfinite(model(*_inputs(cfg, torch.Generator().manual_seed(seed + 1)))).all()
+
+
+# --- the train config --------------------------------------------------------------------------------
+TRAIN_BAD = {
+    (OptimConfig, "optim."): {"lr": st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+                              "min_lr_ratio": st.floats(min_value=1.0, exclude_min=True, allow_infinity=False),
+                              "weight_decay": st.floats(max_value=0.0, exclude_max=True, allow_infinity=False,
+                                                        allow_nan=False),
+                              "beta1": st.floats(min_value=1.0, allow_infinity=False),
+                              "beta2": st.floats(max_value=0.0, exclude_max=True, allow_infinity=False,
+                                                 allow_nan=False),
+                              "eps": st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+                              "grad_clip": st.floats(max_value=0.0, exclude_max=True, allow_infinity=False,
+                                                     allow_nan=False),
+                              "warmup_steps": st.integers(max_value=-1)},
+    (DataConfig, "data."): {"val_fraction": st.floats(min_value=1.0, allow_infinity=False),
+                            "seq_len": st.integers(max_value=1), "max_chars": st.integers(max_value=-1),
+                            "mask_prob": st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+                            "span_len": st.integers(max_value=0)},
+    (TrainConfig, "train."): {"steps": st.integers(max_value=0), "batch_size": st.integers(max_value=0),
+                              "grad_accum": st.integers(max_value=0), "keep_last": st.integers(max_value=0),
+                              "eval_every": st.integers(max_value=-1), "ckpt_every": st.integers(max_value=-1),
+                              "seed": st.integers(max_value=-1), "recover_steps": st.integers(max_value=0)},
+}
+
+
+@st.composite
+def invalid_train_value(draw):
+    (cls, prefix), table = draw(st.sampled_from(sorted(TRAIN_BAD.items(), key=lambda kv: kv[0][1])))
+    field = draw(st.sampled_from(sorted(table)))
+    hint = {f.name: f.type for f in dataclasses.fields(cls)}[field]
+    wrong = NON_FINITE if hint == "float" else NOT_AN_INT
+    value = draw(st.one_of(table[field], wrong, WRONG_TYPE, st.just(True)))
+    return cls, prefix + field, field, value
+
+
+@SETTINGS
+@given(invalid_train_value())
+def test_train_config_refuses_every_invalid_value_naming_the_field(case):
+    cls, name, field, value = case
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        cls(**{field: value})
+
+
+@SETTINGS
+@given(lr=st.floats(1e-6, 10.0), wd=st.floats(0.0, 1.0), b1=st.floats(0.0, 0.999), b2=st.floats(0.0, 0.999),
+       eps=st.floats(1e-12, 1e-3), clip=st.floats(0.0, 10.0))
+def test_every_valid_optim_config_steps_finitely(lr, wd, b1, b2, eps, clip):
+    from sigprop.train.trainer import make_optimizer
+
+    cfg = OptimConfig(lr=lr, weight_decay=wd, beta1=b1, beta2=b2, eps=eps, grad_clip=clip)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=16, d_model=8, n_heads=2, n_layers=1, max_seq_len=4))
+    opt = make_optimizer(model, cfg)
+    model(torch.randint(0, 16, (2, 4))).logsumexp(-1).mean().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else math.inf)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+# --- the simulation entry points -----------------------------------------------------------------------
+V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+SDE_BAD = {"gamma": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+                              st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
+           "tau0": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
+           "c_plus": NON_FINITE, "c_minus": NON_FINITE,
+           "t": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
+           "steps": st.one_of(st.integers(max_value=0), NOT_AN_INT),
+           "paths": st.one_of(st.integers(max_value=0), NOT_AN_INT),
+           "seed": NOT_AN_INT}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(SDE_BAD)).flatmap(lambda f: st.tuples(st.just(f), SDE_BAD[f])))
+def test_sde_simulate_refuses_every_invalid_argument_naming_it(case):
+    field, value = case
+    args = dict(t=0.1, steps=2, paths=2, seed=0, gamma=0.5, tau0=1.0, c_plus=0.0, c_minus=-1.0)
+    with pytest.raises(ValueError, match=rf"\b{field}\b"):
+        sde.simulate("transformer", V0, **{**args, field: value})
+
+
+@SETTINGS
+@given(gamma=st.floats(0.05, 1.0), tau0=st.floats(0.2, 5.0), c_plus=st.floats(-3, 3), c_minus=st.floats(-3, 3),
+       t=st.floats(0.01, 3.0), blowup=st.floats(2.0, 1e6), seed=st.integers(0, 2**31 - 1))
+def test_sde_simulate_keeps_its_contract_for_every_valid_argument(gamma, tau0, c_plus, c_minus, t, blowup, seed):
+    """V finite; a stopped path has stop_time in (0, t] and holds its value from then on; a path that never
+    stopped has stop_time = inf; exploded paths are stopped ones whose last proposal was large."""
+    p = sde.simulate("transformer", V0, t=t, steps=8, paths=16, seed=seed, gamma=gamma, tau0=tau0,
+                     c_plus=c_plus, c_minus=c_minus, blowup=blowup)
+    assert torch.isfinite(p.V).all()
+    assert bool((p.stop_time[~p.stopped] == math.inf).all())
+    assert bool(((p.stop_time[p.stopped] > 0) & (p.stop_time[p.stopped] <= t * (1 + 1e-12))).all())
+    assert not bool((p.exploded & ~p.stopped).any())
+
+
+ENSEMBLE_BAD = {"gamma": SDE_BAD["gamma"], "tau0": SDE_BAD["tau0"], "c_plus": NON_FINITE, "c_minus": NON_FINITE,
+                "width": st.one_of(st.integers(max_value=0), NOT_AN_INT),
+                "depth": st.one_of(st.integers(max_value=-1), NOT_AN_INT),
+                "samples": st.one_of(st.integers(max_value=0), NOT_AN_INT), "seed": NOT_AN_INT}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(ENSEMBLE_BAD)).flatmap(lambda f: st.tuples(st.just(f), ENSEMBLE_BAD[f])))
+def test_ensemble_simulate_refuses_every_invalid_argument_naming_it(case):
+    field, value = case
+    args = dict(width=8, depth=1, samples=2, seed=0, gamma=0.5, tau0=1.0, c_plus=0.0, c_minus=-1.0)
+    with pytest.raises(ValueError, match=rf"\b{field}\b"):
+        ensemble.simulate("shaped", V0, **{**args, field: value})
+
+
+@SETTINGS
+@given(gamma=st.floats(0.05, 1.0), tau0=st.floats(0.2, 5.0), c_plus=st.floats(-3, 3), c_minus=st.floats(-3, 3),
+       width=st.integers(2, 16), depth=st.integers(0, 3), seed=st.integers(0, 2**31 - 1))
+def test_ensemble_simulate_is_finite_for_every_valid_argument(gamma, tau0, c_plus, c_minus, width, depth, seed):
+    covs = ensemble.simulate("shaped", V0, width=width, depth=depth, samples=3, seed=seed, gamma=gamma, tau0=tau0,
+                             c_plus=c_plus, c_minus=c_minus)
+    assert covs.shape == (3, depth + 1, 2, 2) and torch.isfinite(covs).all()
+
+
+def test_sde_functions_refuse_bad_matrices_and_propagate_nan():
+    with pytest.raises(ValueError, match="V must be positive semi-definite"):
+        sde.drift("resnet", -torch.eye(2, dtype=torch.float64), gamma=0.5)
+    with pytest.raises(ValueError, match="V must be finite"):
+        sde.diffusion("attention", torch.full((2, 2), math.nan, dtype=torch.float64), gamma=0.5)
+    V = torch.stack([V0, torch.tensor([[math.inf, 0.0], [0.0, 1.0]], dtype=torch.float64)])
+    R, ok = sde.psd_root(V)
+    assert ok.tolist() == [True, False]
+    assert torch.allclose(R[0] @ R[0].mT, V0) and torch.isnan(R[1]).all()
