@@ -56,12 +56,14 @@ class OptimConfig:
     beta2: float = 0.95              # AdamW beta2
     eps: float = 1e-8                # AdamW epsilon
     grad_clip: float = 1.0           # max global grad norm (0 = no clipping)
+    z_loss: float = 0.0              # coefficient of log²Z (Z = the output softmax normaliser) added to the training loss
 
     def __post_init__(self) -> None:
         _require(self.lr > 0, "optim.lr", self.lr, "> 0")
         _require(0.0 <= self.min_lr_ratio <= 1.0, "optim.min_lr_ratio", self.min_lr_ratio, "in [0, 1]")
         _require(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, ">= 0")
         _require(self.grad_clip >= 0, "optim.grad_clip", self.grad_clip, ">= 0")
+        _require(self.z_loss >= 0, "optim.z_loss", self.z_loss, ">= 0")
 
 
 @dataclass(frozen=True)
