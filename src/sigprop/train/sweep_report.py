@@ -77,7 +77,7 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_loss_vs_lr(summary: dict[str, Any]) -> Any:
+def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
     """One panel per panel label, one line per size: final loss vs lr (log x); η* marked, ✕ at an edge."""
     import matplotlib
 
@@ -85,8 +85,12 @@ def plot_loss_vs_lr(summary: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
 
     panels = [p["panel"] for p in summary["panels"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
+    ncols = min(ncols, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes.flat, panels):
         for r in (r for r in summary["groups"] if r["panel"] == panel):
             y = [v if math.isfinite(v) else np.nan for v in r["loss"]]
             line, = ax.plot(r["lrs"], y, marker="o", ms=3, label=f"{summary['size'] or 'run'}={r['size']}")
