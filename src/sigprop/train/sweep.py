@@ -91,9 +91,10 @@ def point_tables(spec: SweepSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def point_id(point: Mapping[str, Any]) -> str:
-    """A stable, readable name for a point: its values joined, plus a short hash of the exact point."""
-    digest = hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:8]
+def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
+    """A stable, readable name for a point: its values joined, plus a short hash of its whole run tables
+    (base, ``sweep.set`` and the point), so a changed base never passes for a finished point."""
+    digest = hashlib.sha1(json.dumps(point_tables(spec, point), sort_keys=True).encode()).hexdigest()[:8]
     readable = "-".join(f"{k.split('.')[-1]}{v}" for k, v in point.items())
     return f"{readable[:80]}-{digest}".replace("/", "_").replace(" ", "")
 
@@ -141,7 +142,7 @@ def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
         raw = point_tables(spec, point)
         train = {**POINT_DEFAULTS, **raw.get("train", {})}
         train.setdefault("diag_every", train.get("steps", 1000))      # attention logits/entropy at 0 and the end
-        raw["train"] = {**train, "progress": False, "out_dir": str(spec.out_dir / "points" / point_id(point))}
+        raw["train"] = {**train, "progress": False, "out_dir": str(spec.out_dir / "points" / point_id(spec, point))}
         try:
             cfg = from_mapping(RunConfig, raw)
         except (ValueError, TypeError) as e:
@@ -186,7 +187,7 @@ def _grad_summary(norms: Sequence[float]) -> dict[str, float]:
     return {"first": norms[0], "median": statistics.median(norms), "max": max(norms), "last": norms[-1]}
 
 
-def run_point(point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
+def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
     """Train one point from scratch (its folder is cleared first) and return its JSON line.
 
     Raises KeyboardInterrupt if the run was stopped by a signal (the point is then not finished)."""
@@ -210,7 +211,7 @@ def run_point(point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]
     logits = [row["max_logit"] for d in diags for row in d["layers"] if row.get("max_logit") is not None]
     entropies = [d["attn_entropy_min"] for d in diags if d.get("attn_entropy_min") is not None]
     diverged = error is not None or not evals or not math.isfinite(evals[-1])
-    return {"id": point_id(point), "point": point, "config": cfg.to_dict(),
+    return {"id": pid, "point": point, "config": cfg.to_dict(),
             "initial_val_loss": evals[0] if evals else math.nan,
             "final_val_loss": math.nan if diverged else evals[-1],
             "best_val_loss": min(finite) if finite else math.nan, "diverged": diverged, "error": error,
@@ -259,19 +260,19 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     _drop_torn_tail(log)
     resolved = pin_tokenizers(spec, resolved)
-    todo = [(p, c) for p, c in resolved if point_id(p) not in done]
+    todo = [(p, c) for p, c in resolved if point_id(spec, p) not in done]
     bar = tqdm(total=len(resolved), initial=len(resolved) - len(todo), desc="sweep", disable=not progress)
     try:
         if jobs <= 1:
             for p, c in todo:
-                r = run_point(p, c.to_dict())
+                r = run_point(point_id(spec, p), p, c.to_dict())
                 _append(log, r)
                 done[r["id"]] = r
                 bar.update()
         else:
             ctx = multiprocessing.get_context("spawn")
             with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-                futures = [pool.submit(run_point, p, c.to_dict()) for p, c in todo]
+                futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
                 for fut in cf.as_completed(futures):
                     r = fut.result()
                     _append(log, r)
@@ -279,7 +280,7 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
                     bar.update()
     finally:
         bar.close()
-    return [done[point_id(p)] for p, _ in resolved]
+    return [done[point_id(spec, p)] for p, _ in resolved]
 
 
 def sweep_main(argv: Sequence[str]) -> int:
