@@ -270,7 +270,10 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
                 done[r["id"]] = r
                 bar.update()
         else:
-            ctx = multiprocessing.get_context("spawn")
+            # fork: a worker starts with the parent's imports (spawn re-imports torch: tens of seconds on a
+            # loaded machine, bench/RESULTS.md); spawn where fork does not exist
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
                 futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
                 for fut in cf.as_completed(futures):
