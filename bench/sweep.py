@@ -4,8 +4,9 @@
 
 Measures (wall seconds, median of ``REPEATS``): training the BPE tokenizer (what a point would pay
 without the sweep's pinned tokenizer), loading the pinned one, a point's data preparation with the
-pinned tokenizer (corpus read + encoding), a worker process start (spawn + imports, paid once per
-worker with ``--jobs N``), and one whole 1-step point in-process. Corpus: "pydoc", 200 000 characters,
+pinned tokenizer (corpus read + encoding), a worker process start with the start methods
+`sigprop.train.sweep` may use (fork on Linux, spawn elsewhere: paid once per worker with ``--jobs N``),
+and one whole 1-step point in-process. Corpus: "pydoc", 200 000 characters,
 vocabulary 512 (the depth-transfer settings).
 """
 from __future__ import annotations
@@ -41,8 +42,8 @@ def _worker_ready() -> None:
     import sigprop.train.run  # noqa: F401  (what a sweep worker imports)
 
 
-def spawn_worker() -> None:
-    p = multiprocessing.get_context("spawn").Process(target=_worker_ready)
+def start_worker(method: str) -> None:
+    p = multiprocessing.get_context(method).Process(target=_worker_ready)
     p.start()
     p.join()
 
@@ -60,7 +61,8 @@ def main() -> None:
         raw["data"]["tokenizer"] = str(path)
         pinned = from_mapping(RunConfig, raw)
         rows["prepare_data (pinned tokenizer)"] = timed(lambda: prepare_data(pinned, Path(tmp), save_tokenizer=False))
-        rows["worker process start (spawn + imports)"] = timed(spawn_worker)
+        for method in ("fork", "spawn"):
+            rows[f"worker process start ({method} + imports)"] = timed(lambda: start_worker(method))
         (point, c), = pin_tokenizers(spec, resolve(spec))
         rows["whole 1-step point, in-process"] = timed(lambda: run_point(point_id(spec, point), point, c.to_dict()))
     for name, t in rows.items():

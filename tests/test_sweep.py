@@ -2,12 +2,13 @@
 same result), one tokenizer for all points, and the metrics of sigprop.train.sweep_report."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from sigprop.cli import main
 from sigprop.train import sweep as sweep_mod
-from sigprop.train.sweep import finished_records, load_spec, run_sweep
+from sigprop.train.sweep import finished_records, load_spec, resolve, run_sweep
 from sigprop.train.sweep_report import summarize, write_report
 from sigprop.train.tokenizer import BPETokenizer
 
@@ -133,3 +134,10 @@ def test_worker_processes_match_in_process(tmp_path):
     a = run_sweep(load_spec(write(tmp_path / "a", grid)), jobs=1, progress=False)
     b = run_sweep(load_spec(write(tmp_path / "b", grid)), jobs=2, progress=False)
     assert [r["final_val_loss"] for r in a] == [r["final_val_loss"] for r in b]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "sweep").glob("*.toml")))
+def test_shipped_sweep_configs_resolve(path):
+    spec = load_spec(path)
+    points = resolve(spec)
+    assert len(points) > 1 and spec.size in spec.grid
