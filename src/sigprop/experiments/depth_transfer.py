@@ -58,7 +58,7 @@ WIDTH_VARIANTS: dict[str, dict[str, Any]] = {
     "μP": {"model.parametrization": "mup"},
 }
 LRS = [5e-4 * 2 ** k for k in range(7)]              # 5e-4 … 3.2e-2
-FULL = {"depths": [2, 8, 32], "width": 64, "widths": [32, 64, 128, 256], "width_depth": 2,
+FULL = {"depths": [2, 8, 32], "width": 64, "widths": [32, 64, 128], "width_depth": 2,
         "lrs": LRS, "seeds": [0], "steps": 30, "batch": 8, "seq": 32, "vocab": 512, "max_chars": 200000,
         "jobs": 2}
 QUICK = {**FULL, "depths": [1, 2], "width": 16, "widths": [16, 32], "width_depth": 1, "lrs": [1e-3, 1e-2],
