@@ -50,6 +50,7 @@ DELEGATED = {
     "generate": ("sigprop.train.commands", "generate_main", "sample text from a decoder run"),
     "predict": ("sigprop.diagnostics.commands", "predict_main", "predicted per-layer moments: --config FILE"),
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
+    "sweep": ("sigprop.train.sweep", "sweep_main", "train a grid of configs: --config FILE [--jobs N] [--resume]"),
 }
 
 # `sigprop reproduce NAME`: (module under sigprop.experiments, function(out_dir, quick=...) -> dict)
@@ -63,6 +64,7 @@ EXPERIMENTS = {
     "entropy-collapse": ("entropy_collapse", "run"),
     "dslm-depth": ("dslm_depth", "run"),
     "deep-thin": ("deep_thin", "run"),
+    "depth-transfer": ("depth_transfer", "run"),
 }
 
 

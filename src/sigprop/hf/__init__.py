@@ -3,11 +3,13 @@
     import sigprop.hf
     cfg = sigprop.hf.apply(model, "dslm")          # or "shaped", "deepnorm"; in place
     records = sigprop.hf.diagnose(model, batch)    # per-sublayer Records, as sigprop.diagnostics.measure
+    groups = sigprop.hf.param_groups(model, cfg, lr=3e-4)   # the scheme's optimizer rules, for AdamW
 
 Supported ``config.model_type``: see `SUPPORTED`. Importing this package needs no `transformers`;
 `apply` uses it only through the model it is given (and to register the shaped attention).
 """
 from .apply import SUPPORTED, apply, mirror_config
 from .diagnose import diagnose
+from .optim import param_groups
 
-__all__ = ["apply", "diagnose", "mirror_config", "SUPPORTED"]
+__all__ = ["apply", "diagnose", "mirror_config", "param_groups", "SUPPORTED"]

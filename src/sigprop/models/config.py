@@ -10,7 +10,7 @@ from ..fields import POSITIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, i
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
-from ..schemes import SCHEMES, get_scheme
+from ..schemes import SCHEMES, get_scheme, mup
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
 NORMS = ("preln", "postln", "none")
@@ -95,6 +95,10 @@ class ModelConfig:
     patch_size: int = 2               # vit: square patch side
     in_channels: int = 1              # vit: image channels
     n_classes: int = 10               # vit: classes
+    parametrization: str = "standard"  # standard | mup (width rules of sigprop.schemes.mup)
+    base_width: int = 128             # mup: width n₀ at which every multiplier is 1
+    base_depth: int = 4               # depth_mup/completep: blocks L₀ at which every multiplier is 1
+    qk_norm: bool = False             # norm (norm_type) on each head's queries and keys (softmax attention)
 
     def __post_init__(self) -> None:
         check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
@@ -117,6 +121,7 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.image_size ({self.image_size}) must be divisible by "
                              f"ModelConfig.patch_size ({self.patch_size})")
         self._check_residual()
+        self._check_transfer()
         scheme.check(self)
         self._check_used()
         if self.arch != "encdec":        # unused; a saved n_dec_layers == n_layers (the old resolved value) reads as None
@@ -142,6 +147,14 @@ class ModelConfig:
         if lam is not None and not self.learn_residual and not math.isclose(lam ** 2 + gam ** 2, 1.0, abs_tol=1e-6):
             raise ValueError(f"ModelConfig.residual_lambda² + residual_gamma² must equal 1 when fixed "
                              f"(learn_residual=False), got {lam ** 2 + gam ** 2:.6g}")
+
+    def _check_transfer(self) -> None:
+        mup.check(self)
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"ModelConfig.qk_norm must be true or false, got {self.qk_norm!r}")
+        if self.qk_norm and get_scheme(self.scheme).attention != "softmax":
+            raise ValueError(f"ModelConfig.qk_norm=True needs softmax attention; scheme {self.scheme!r} uses "
+                             f"{get_scheme(self.scheme).attention!r} attention, whose temperature sets the logit scale")
 
     @property
     def n_tokens(self) -> int:

@@ -21,7 +21,8 @@ def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attentio
     if scheme.attention == "shaped":
         return ShapedAttention(cfg.d_model, cfg.n_heads, causal=causal, tau0=cfg.tau0, mode=cfg.shaping,
                                identity=self_attention, bias=cfg.bias, qk_scaling=cfg.qk_scaling)
-    return Attention(cfg.d_model, cfg.n_heads, causal=causal, bias=cfg.bias)
+    return Attention(cfg.d_model, cfg.n_heads, causal=causal, bias=cfg.bias, scale=scheme.attention_scale(cfg),
+                     qk_norm=cfg.norm_type if cfg.qk_norm else None)
 
 
 class Stack(nn.Module):

@@ -1,7 +1,9 @@
 """Multi-head softmax attention on `scaled_dot_product_attention`.
 
 out = Softmax(Q Kᵀ · scale + mask) V W_O,  Q = x W_Q, K = kv W_K, V = kv W_V  (per head),
-with scale = 1/√d_head unless given. `ShapedAttention` subclasses this and changes only `mix`.
+with scale = 1/√d_head unless given. ``qk_norm`` (a `make_norm` kind) normalizes each head's queries
+and keys over d_head before the product (Wortsman et al. 2023, arXiv 2309.14322; Dehghani et al.
+2023). `ShapedAttention` subclasses this and changes only `mix`.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .norm import make_norm
 from .roles import tag_linear
 
 
@@ -33,7 +36,7 @@ class Attention(nn.Module):
     """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear`."""
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, bias: bool = False,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, qk_norm: str | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -44,6 +47,8 @@ class Attention(nn.Module):
         self.k_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "k")
         self.v_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "v")
         self.o_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "o")
+        self.q_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
+        self.k_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
 
     def _split(self, y: torch.Tensor) -> torch.Tensor:
         b, t, _ = y.shape
@@ -53,7 +58,10 @@ class Attention(nn.Module):
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head projections, each (B, H, T|S, dh); ``kv`` defaults to ``x`` (self-attention)."""
         kv = x if kv is None else kv
-        return self._split(self.q_proj(x)), self._split(self.k_proj(kv)), self._split(self.v_proj(kv))
+        q, k = self._split(self.q_proj(x)), self._split(self.k_proj(kv))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, self._split(self.v_proj(kv))
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:

@@ -2,15 +2,17 @@
 
 Adding a scheme: write ``schemes/<name>.py`` with a `Scheme` subclass and list it below.
 """
-from .base import ParamInfo, Scheme, Site, initialize
+from .base import OptimRule, ParamInfo, Scheme, Site, initialize
 from .deepnorm import DeepNorm
+from .depth import CompleteP, DepthMuP
 from .dslm import DSLM
 from .postln import PostLN
 from .preln import PreLN
 from .shaped import Shaped
 from .vanilla import Vanilla
 
-SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm())}
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm(),
+                                                 DepthMuP(), CompleteP())}
 
 
 def get_scheme(name: str) -> Scheme:
@@ -20,4 +22,4 @@ def get_scheme(name: str) -> Scheme:
     return SCHEMES[name]
 
 
-__all__ = ["SCHEMES", "get_scheme", "Scheme", "Site", "ParamInfo", "initialize"]
+__all__ = ["SCHEMES", "get_scheme", "Scheme", "Site", "ParamInfo", "OptimRule", "initialize"]

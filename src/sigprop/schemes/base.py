@@ -1,11 +1,15 @@
 """The scheme interface, and the one init pass every scheme shares.
 
 A scheme decides, from a `ModelConfig`: where norms sit, which attention and activation the
-blocks use, the residual weights (α, β) of every sublayer, and the initial std of every
-parameter role. Model code asks; it never branches on scheme names.
+blocks use, the residual weights (α, β) of every sublayer, the initial std of every parameter
+role, and its optimizer rule (`OptimRule`: multipliers on the learning rate, Adam ε and weight
+decay). Model code and the trainer ask; they never branch on scheme names. The width
+parametrization (``ModelConfig.parametrization``, `sigprop.schemes.mup`) acts through the same
+methods, on top of every scheme.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -14,6 +18,7 @@ import torch
 from torch import nn
 
 from ..nn.roles import role_of, site_of
+from . import mup
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,18 @@ class ParamInfo:
     @property
     def fan_out(self) -> int:
         return self.shape[0]
+
+
+@dataclass(frozen=True)
+class OptimRule:
+    """Per-parameter optimizer multipliers on ``optim.lr``, ``optim.eps`` and ``optim.weight_decay``."""
+
+    lr: float = 1.0
+    eps: float = 1.0
+    weight_decay: float = 1.0
+
+    def __mul__(self, other: "OptimRule") -> "OptimRule":
+        return OptimRule(self.lr * other.lr, self.eps * other.eps, self.weight_decay * other.weight_decay)
 
 
 def stack_layers(cfg: Any, stack: str) -> int:
@@ -90,18 +107,36 @@ class Scheme:
             return math.sqrt(1.0 / d)
         raise KeyError(f"scheme {self.name!r} has no init rule for role {p.role!r}")
 
+    def init_std(self, cfg: Any, p: ParamInfo) -> float:
+        """The std `initialize` draws with: ``std`` under the standard parametrization; under μP input
+        roles take their std at the base width and an untied readout gets m^{-1/2} (`sigprop.schemes.mup`)."""
+        if cfg.parametrization == "mup" and p.role in mup.INPUT:
+            base = dataclasses.replace(cfg, d_model=cfg.base_width)
+            return self.std(base, dataclasses.replace(p, shape=mup.base_width_shape(cfg, p.role, p.shape)))
+        return self.std(cfg, p) * mup.std_mult(cfg, p.role)
+
+    def optim(self, cfg: Any, p: ParamInfo) -> OptimRule:
+        """Optimizer multipliers of a trainable parameter: the width parametrization's (1 under "standard")
+        for weights; norms, biases and scalars get 1 (and no weight decay, see `sigprop.train.optim`)."""
+        lr = mup.lr_mult(cfg, p.role)
+        return OptimRule(lr=lr, eps=lr, weight_decay=1.0 / lr)
+
+    def attention_scale(self, cfg: Any) -> float | None:
+        """Softmax attention's QKᵀ multiplier; None keeps the module's 1/√d_head (μP: 1/d_head)."""
+        return mup.attention_scale(cfg)
+
     def logit_scale(self, cfg: Any) -> float:
         """Multiplier on the hidden state before tied-embedding logits: 1/√(d σ_e²), so logits
-        have unit variance when the final hidden state does."""
-        s = self.std(cfg, ParamInfo("embed", None, None, (cfg.vocab_size, cfg.d_model)))
-        return 1.0 / (s * math.sqrt(cfg.d_model))
+        have unit variance when the final hidden state does; under μP times `mup.readout_mult`."""
+        s = self.init_std(cfg, ParamInfo("embed", None, None, (cfg.vocab_size, cfg.d_model)))
+        return mup.readout_mult(cfg) / (s * math.sqrt(cfg.d_model))
 
 
 @torch.no_grad()
 def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
     """Initialize every parameter of ``model`` from its role; returns counts per role.
 
-    Weights ~ N(0, std²) with std from ``scheme.std``; ``bias`` → 0; ``norm`` gains → 1;
+    Weights ~ N(0, std²) with std from ``scheme.init_std``; ``bias`` → 0; ``norm`` gains → 1;
     ``constant`` (shaping/residual scalars) keep the value their module was built with.
     Every parameter must carry a role: an untagged one is an error, never silently skipped.
     """
@@ -116,6 +151,6 @@ def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
             p.fill_(1.0)
         elif role != "constant":
             stack, layer = site_of(p) or (None, None)
-            p.normal_(0.0, scheme.std(cfg, ParamInfo(role, stack, layer, tuple(p.shape))))
+            p.normal_(0.0, scheme.init_std(cfg, ParamInfo(role, stack, layer, tuple(p.shape))))
         counts[role] = counts.get(role, 0) + 1
     return counts

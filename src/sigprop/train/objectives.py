@@ -38,11 +38,19 @@ class Batch:
         return int((self.targets != IGNORE).sum())
 
 
-def loss_terms(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy, number of correct argmax predictions) over target positions."""
+def loss_terms(model: nn.Module, batch: Batch, z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, number of correct argmax predictions) over target positions.
+
+    ``z_loss`` > 0 adds z_loss · Σ (log Z)² over the same positions, Z = Σ_v exp(logit_v) the softmax
+    normaliser (Wortsman et al. 2023, arXiv 2309.14322, §3.1.2; PaLM): it keeps the logits from
+    drifting to large log Z. Evaluation calls it with 0, so validation losses are pure cross-entropy.
+    """
     logits = model(*batch.inputs).float()                     # (B, T, V) or (B, C)
     flat, tgt = logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1)
     loss = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
+    if z_loss > 0:
+        log_z = flat.logsumexp(-1)
+        loss = loss + z_loss * (log_z.square() * (tgt != IGNORE)).sum()
     correct = ((flat.argmax(-1) == tgt) & (tgt != IGNORE)).sum()
     return loss, correct
 

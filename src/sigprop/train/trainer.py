@@ -23,12 +23,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback, Diagnostics
 from .checkpoint import capture_rng, load_checkpoint, restore_rng, resume_point, save_checkpoint, set_aside_newer
-from .config import OptimConfig, RunConfig
+from .config import RunConfig
 from .data import DataBundle
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
 from .health import LastGood
 from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
 from .objectives import Batch, loss_terms
+from .optim import make_optimizer
 from .sampler import EpochSampler, generator, shard_bounds
 from .schedules import RecoverSchedule, lr_at
 
@@ -53,14 +54,6 @@ class TrainState:
     position: int = 0       # training examples consumed (the data position)
 
 
-def make_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on norms, biases, or shaping/residual scalars)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
-
-
 class Trainer:
     """Trains ``model`` on ``data`` as ``cfg`` says; rank 0 writes into ``run_dir``."""
 
@@ -69,7 +62,7 @@ class Trainer:
         self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
         self.model = model.to(dist.device)
         self.ddp = DistributedDataParallel(self.model) if dist.enabled else self.model
-        self.optimizer = make_optimizer(self.model, cfg.optim)
+        self.optimizer = make_optimizer(self.model, cfg.optim, cfg.model)
         self.state = TrainState()
         self.sampler = EpochSampler(len(data.train), cfg.train.seed)
         self.micro = shard_bounds(cfg.train.batch_size, dist.world_size, dist.rank, cfg.train.grad_accum)
@@ -126,7 +119,8 @@ class Trainer:
         for k, (a, b) in enumerate(self.micro):
             sync = not dist.enabled or k == len(self.micro) - 1
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device))   # forward
+                loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device),   # forward
+                                               cfg.optim.z_loss)
                 (loss_sum * (dist.world_size / n_targets)).backward()                        # backward
             totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
         all_reduce_sum(totals, dist)
@@ -143,7 +137,7 @@ class Trainer:
                 f"{self.health.good or 'none'}", self.health.good)
         lr = lr_at(self.state.step, cfg.train.steps, cfg.optim)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_mult"]                     # the scheme's per-role multiplier
         self.optimizer.step()                                                                # step
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1

@@ -1,0 +1,54 @@
+"""AdamW with param groups from role tags and the model's scheme (`Scheme.optim`).
+
+Every trainable parameter gets the scheme's `OptimRule` for its role and site: learning rate
+``optim.lr × rule.lr``, ε ``optim.eps × rule.eps`` and weight decay ``optim.weight_decay ×
+rule.weight_decay`` on matrices (ndim ≥ 2) only; norms, biases and shaping/residual scalars
+never decay. Parameters with the same rule share one group, so a scheme with unit multipliers
+gives the two groups (matrices, the rest) of a plain AdamW. Each group keeps its multiplier under
+``"lr_mult"``; the trainer sets ``lr = schedule(step) × lr_mult`` every step. Groups come from the
+role tags, never from parameter names.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..nn.roles import role_of, site_of
+from ..schemes import OptimRule, ParamInfo, get_scheme
+from .config import OptimConfig
+
+
+def param_rules(model: nn.Module, model_cfg: Any) -> list[tuple[str, nn.Parameter, OptimRule]]:
+    """(name, parameter, rule) of every trainable parameter of ``model`` (built from ``model_cfg``)."""
+    scheme = get_scheme(model_cfg.scheme)
+    out = []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        role = role_of(p)
+        if role is None:
+            raise RuntimeError(f"parameter {name!r} has no role tag; its optimizer rule is unknown")
+        stack, layer = site_of(p) or (None, None)
+        out.append((name, p, scheme.optim(model_cfg, ParamInfo(role, stack, layer, tuple(p.shape)))))
+    return out
+
+
+def param_groups(rules: list[tuple[str, nn.Parameter, OptimRule]], cfg: OptimConfig) -> list[dict[str, Any]]:
+    """One AdamW param group per distinct (rule, decays) pair, in first-seen order."""
+    groups: dict[tuple[OptimRule, bool], dict[str, Any]] = {}
+    for _, p, rule in rules:
+        decays = p.ndim >= 2
+        g = groups.setdefault((rule, decays), {
+            "params": [], "lr": cfg.lr * rule.lr, "lr_mult": rule.lr, "eps": cfg.eps * rule.eps,
+            "weight_decay": cfg.weight_decay * rule.weight_decay if decays else 0.0})
+        g["params"].append(p)
+    return list(groups.values())
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = None) -> torch.optim.AdamW:
+    """AdamW over `param_groups`; ``model_cfg`` defaults to ``model.cfg`` (every sigprop model has one)."""
+    model_cfg = model.cfg if model_cfg is None else model_cfg
+    return torch.optim.AdamW(param_groups(param_rules(model, model_cfg), cfg), lr=cfg.lr,
+                             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)

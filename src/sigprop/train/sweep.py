@@ -1,0 +1,311 @@
+"""`sigprop sweep`: train a grid of run configs, resumably, one JSON line per finished point.
+
+A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data], [optim],
+[train]) are the base run config, laid over the file named by ``sweep.base`` if given::
+
+    [sweep]
+    base = "../tiny_decoder.toml"     # optional, relative to this file
+    out_dir = "runs/sweep"            # sweep.jsonl, points/, tokenizer.json, plots and summary
+    size = "model.n_layers"           # optional: the size axis of the transfer metrics
+    [sweep.set]                       # optional: overrides applied to every point
+    "train.steps" = 200
+    [sweep.grid]                      # every combination is one point; "seed" is train.seed
+    "optim.lr" = [1e-3, 3e-3, 1e-2]
+    "model.n_layers" = [2, 8]
+    seed = [0, 1]
+
+Every point's config is built and validated before the first run starts, so a bad key or value
+stops the sweep naming it. One BPE tokenizer per distinct data source is trained once into
+``out_dir`` and pinned on every point (``data.tokenizer``), so no point retrains it. A point is
+finished when its line is in ``sweep.jsonl`` (written by the parent, flushed and fsynced);
+``--resume`` skips finished points and re-runs any other from scratch, which gives the same result
+(fixed seeds). Ctrl-C stops the workers' runs after their current step; nothing finished is lost.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import copy
+import hashlib
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tqdm.auto import tqdm
+
+from .config import RunConfig, from_mapping
+from .corpus import load_documents, split_documents
+from .logging import read_jsonl
+from .tokenizer import BPETokenizer
+from .trainer import NonFiniteLossError
+
+SWEEP_KEYS = ("base", "out_dir", "size", "set", "grid")
+SIZE_KEYS = ("model.n_layers", "model.d_model")
+POINT_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A resolved sweep: the base run tables, the grid and where it writes."""
+
+    base: dict[str, Any]                       # run-config tables before the grid
+    grid: dict[str, list[Any]]                 # dotted key (or "seed") -> values
+    out_dir: Path
+    size: str | None = None                    # the size axis (model.n_layers | model.d_model | None)
+    fixed: dict[str, Any] = field(default_factory=dict)   # dotted overrides on every point
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every grid combination as {dotted key: value}, in grid order."""
+        keys = list(self.grid)
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(self.grid[k] for k in keys))]
+
+
+def _dotted(key: str) -> tuple[str, str]:
+    if key == "seed":
+        return "train", "seed"
+    section, sep, name = key.partition(".")
+    if not sep or not section or not name or "." in name:
+        raise ValueError(f"sweep key {key!r} must look like section.key (e.g. optim.lr) or be 'seed'")
+    return section, name
+
+
+def point_tables(spec: SweepSpec, point: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw run tables of one point: base, then ``sweep.set``, then the point's values."""
+    raw = copy.deepcopy(spec.base)
+    for key, value in {**spec.fixed, **point}.items():
+        section, name = _dotted(key)
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"sweep key {key!r}: {section!r} is not a table")
+        table[name] = value
+    return raw
+
+
+def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
+    """A stable, readable name for a point: its values joined, plus a short hash of its whole run tables
+    (base, ``sweep.set`` and the point), so a changed base never passes for a finished point."""
+    digest = hashlib.sha1(json.dumps(point_tables(spec, point), sort_keys=True).encode()).hexdigest()[:8]
+    readable = "-".join(f"{k.split('.')[-1]}{v}" for k, v in point.items())
+    return f"{readable[:80]}-{digest}".replace("/", "_").replace(" ", "")
+
+
+def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
+    """Read a sweep file; check its [sweep] table (keys, grid lists, size axis)."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    sweep = raw.pop("sweep", None)
+    if not isinstance(sweep, dict):
+        raise ValueError(f"{path} has no [sweep] table")
+    unknown = sorted(set(sweep) - set(SWEEP_KEYS))
+    if unknown:
+        raise ValueError(f"unknown sweep key 'sweep.{unknown[0]}'; valid keys in sweep: {list(SWEEP_KEYS)}")
+    base: dict[str, Any] = {}
+    if "base" in sweep:
+        with open(path.parent / sweep["base"], "rb") as f:
+            base = tomllib.load(f)
+    for section, table in raw.items():
+        base.setdefault(section, {}).update(table)
+    grid = sweep.get("grid", {})
+    if not grid:
+        raise ValueError("sweep.grid is empty: name at least one key and its list of values")
+    for key, values in grid.items():
+        _dotted(key)
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"sweep.grid.{key!r} must be a non-empty list of values, got {values!r}")
+    size = sweep.get("size")
+    if size is None:
+        size = next((k for k in SIZE_KEYS if len(grid.get(k, [])) > 1), None)
+    elif size not in grid:
+        raise ValueError(f"sweep.size={size!r} must be one of the grid's keys {list(grid)}")
+    fixed = sweep.get("set", {})
+    for key in fixed:
+        _dotted(key)
+    out = Path(out_dir if out_dir is not None else sweep.get("out_dir", "runs/sweep"))
+    return SweepSpec(base, grid, out, size, fixed)
+
+
+def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
+    """(point, validated RunConfig) for every point: raises ValueError naming the first bad key or value."""
+    out = []
+    for point in spec.points():
+        raw = point_tables(spec, point)
+        train = {**POINT_DEFAULTS, **raw.get("train", {})}
+        train.setdefault("diag_every", train.get("steps", 1000))      # attention logits/entropy at 0 and the end
+        raw["train"] = {**train, "progress": False, "out_dir": str(spec.out_dir / "points" / point_id(spec, point))}
+        try:
+            cfg = from_mapping(RunConfig, raw)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"sweep point {point}: {e}") from e
+        out.append((point, cfg))
+    return out
+
+
+def _tokenizer_key(cfg: RunConfig) -> str:
+    d = cfg.data
+    return json.dumps([d.source, d.pattern, d.text_column, d.max_chars, d.val_fraction])
+
+
+def pin_tokenizers(spec: SweepSpec, resolved: list[tuple[dict[str, Any], RunConfig]]
+                   ) -> list[tuple[dict[str, Any], RunConfig]]:
+    """Train one tokenizer per distinct text source (the smallest vocabulary its points use, on the first
+    point's train split) into ``out_dir`` unless it exists, and pin it as every point's ``data.tokenizer``."""
+    text = [c for _, c in resolved if c.objective != "digits" and not c.data.tokenizer]
+    paths: dict[str, Path] = {}
+    for key in dict.fromkeys(_tokenizer_key(c) for c in text):
+        group = [c for c in text if _tokenizer_key(c) == key]
+        vocab = min(c.model.vocab_size for c in group)
+        path = spec.out_dir / f"tokenizer-{hashlib.sha1(f'{key}{vocab}'.encode()).hexdigest()[:8]}.json"
+        if not path.exists():
+            c = group[0]
+            docs = load_documents(c.data.source, c.data.pattern, c.data.text_column, c.data.max_chars)
+            BPETokenizer.train(split_documents(docs, c.data.val_fraction, c.train.seed)[0], vocab).save(path)
+        paths[key] = path
+    out = []
+    for p, c in resolved:
+        if c.objective != "digits" and not c.data.tokenizer:
+            raw = c.to_dict()
+            raw["data"]["tokenizer"] = str(paths[_tokenizer_key(c)])
+            c = from_mapping(RunConfig, raw)
+        out.append((p, c))
+    return out
+
+
+def _grad_summary(norms: Sequence[float]) -> dict[str, float]:
+    if not norms:
+        return {"first": math.nan, "median": math.nan, "max": math.nan, "last": math.nan}
+    return {"first": norms[0], "median": statistics.median(norms), "max": max(norms), "last": norms[-1]}
+
+
+def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
+    """Train one point from scratch (its folder is cleared first) and return its JSON line.
+
+    Raises KeyboardInterrupt if the run was stopped by a signal (the point is then not finished)."""
+    from .run import train                      # in the worker: keeps the parent's import light
+
+    cfg = from_mapping(RunConfig, cfg_dict)
+    run_dir = Path(cfg.train.out_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    start, error = time.perf_counter(), None
+    try:
+        trainer = train(cfg)
+        if trainer.stop_reason is not None:
+            raise KeyboardInterrupt(f"{run_dir}: stopped ({trainer.stop_reason})")
+    except NonFiniteLossError as e:
+        error = str(e)
+    wall = time.perf_counter() - start
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    evals = [r["loss"] for r in records if r["kind"] == "eval"]
+    finite = [v for v in evals if math.isfinite(v)]
+    diags = [r for r in records if r["kind"] == "diag"]
+    logits = [row["max_logit"] for d in diags for row in d["layers"] if row.get("max_logit") is not None]
+    entropies = [d["attn_entropy_min"] for d in diags if d.get("attn_entropy_min") is not None]
+    diverged = error is not None or not evals or not math.isfinite(evals[-1])
+    return {"id": pid, "point": point, "config": cfg.to_dict(),
+            "initial_val_loss": evals[0] if evals else math.nan,
+            "final_val_loss": math.nan if diverged else evals[-1],
+            "best_val_loss": min(finite) if finite else math.nan, "diverged": diverged, "error": error,
+            "max_attn_logit": max(logits) if logits else None, "min_attn_entropy": min(entropies) if entropies else None,
+            "grad_norm": _grad_summary([r["grad_norm"] for r in records if r["kind"] == "train"]),
+            "steps_done": max([r["step"] for r in records if r["kind"] == "train"], default=0),
+            "wall_s": round(wall, 3)}
+
+
+def finished_records(path: Path) -> dict[str, dict[str, Any]]:
+    """id -> record of every complete line of ``sweep.jsonl`` (a torn last line is ignored)."""
+    out: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[r["id"]] = r
+    return out
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline, so the next append starts a fresh line."""
+    if path.exists():
+        text = path.read_text()
+        if text and not text.endswith("\n"):
+            path.write_text(text[: text.rfind("\n") + 1])
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    """Run every unfinished point (``jobs`` worker processes, or in-process for 1); returns all records in grid order."""
+    resolved = resolve(spec)                                  # every point validated before anything runs
+    log = spec.out_dir / "sweep.jsonl"
+    done = finished_records(log)
+    if done and not resume:
+        raise ValueError(f"{log} already holds {len(done)} finished point(s); pass --resume to continue it, "
+                         "or choose another sweep.out_dir")
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    _drop_torn_tail(log)
+    resolved = pin_tokenizers(spec, resolved)
+    todo = [(p, c) for p, c in resolved if point_id(spec, p) not in done]
+    bar = tqdm(total=len(resolved), initial=len(resolved) - len(todo), desc="sweep", disable=not progress)
+    try:
+        if jobs <= 1:
+            for p, c in todo:
+                r = run_point(point_id(spec, p), p, c.to_dict())
+                _append(log, r)
+                done[r["id"]] = r
+                bar.update()
+        else:
+            # fork: a worker starts with the parent's imports (spawn re-imports torch: tens of seconds on a
+            # loaded machine, bench/RESULTS.md); spawn where fork does not exist
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+                futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
+                for fut in cf.as_completed(futures):
+                    r = fut.result()
+                    _append(log, r)
+                    done[r["id"]] = r
+                    bar.update()
+    finally:
+        bar.close()
+    return [done[point_id(spec, p)] for p, _ in resolved]
+
+
+def sweep_main(argv: Sequence[str]) -> int:
+    """``sigprop sweep --config FILE [--jobs N] [--resume] [--out DIR]``: run, then write plots and the summary."""
+    from .sweep_report import write_report
+
+    p = argparse.ArgumentParser(prog="sigprop sweep", description="Train a grid of run configs (see configs/sweep/).")
+    p.add_argument("--config", required=True, help="TOML file with a [sweep] table")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (1 = in this process)")
+    p.add_argument("--resume", action="store_true", help="skip the points already in sweep.jsonl")
+    p.add_argument("--out", default=None, help="output folder (overrides sweep.out_dir)")
+    args = p.parse_args(list(argv))
+    try:
+        spec = load_spec(args.config, args.out)
+        records = run_sweep(spec, args.jobs, args.resume)
+    except ValueError as e:
+        print(f"sigprop sweep: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sigprop sweep: interrupted; finished points are in sweep.jsonl, rerun with --resume", file=sys.stderr)
+        return 130
+    summary = write_report(records, spec.size, spec.out_dir)
+    print(summary["table"])
+    print(f"sigprop sweep: {len(records)} points, results in {spec.out_dir}")
+    return 0

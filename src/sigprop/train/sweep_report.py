@@ -1,0 +1,139 @@
+"""What a finished sweep means: best learning rate per group, LR sensitivity, transfer regret; a table
+and two plots (measure → table → plot: `summarize` makes rows, the plotting functions only draw them).
+
+Definitions (Wortsman et al. 2023, arXiv 2309.14322, §2.3):
+  * a *group* is every grid key except ``optim.lr`` and the seed; its curve is the mean final
+    validation loss over seeds at each lr (a diverged seed makes the point +inf);
+  * best lr η* = argmin of the curve; *edge* when η* is the smallest or largest lr of the grid;
+  * LR sensitivity = mean over the grid of min(loss(η), loss at init) − min over η of loss(η);
+  * transfer regret, per panel (the group minus the size axis): loss of the largest size at the
+    smallest size's η*, capped at the loss at init like the sensitivity, minus the largest size's best loss.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+LR, SEEDS = "optim.lr", ("seed", "train.seed")
+
+
+def _label(point: dict[str, Any], skip: Sequence[str]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items() if k not in skip) or "all"
+
+
+def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, Any]:
+    """Rows per group (curve, η*, edge, sensitivity) and per panel (η* vs size, transfer regret)."""
+    skip_group = (LR, *SEEDS)
+    groups: dict[str, dict[str, Any]] = {}
+    for r in records:
+        g = groups.setdefault(_label(r["point"], skip_group), {
+            "panel": _label(r["point"], (*skip_group, size)) if size else "all",
+            "size": r["point"].get(size) if size else None, "runs": {}})
+        g["runs"].setdefault(r["point"].get(LR, r["config"]["optim"]["lr"]), []).append(r)
+    rows = []
+    for label, g in groups.items():
+        lrs = sorted(g["runs"])
+        loss = [math.inf if any(r["diverged"] for r in g["runs"][lr]) else
+                float(np.mean([r["final_val_loss"] for r in g["runs"][lr]])) for lr in lrs]
+        init = float(np.mean([r["initial_val_loss"] for lr in lrs for r in g["runs"][lr]]))
+        k = int(np.argmin(loss))
+        best = loss[k]
+        rows.append({"group": label, "panel": g["panel"], "size": g["size"], "lrs": lrs, "loss": loss,
+                     "initial_loss": init, "best_lr": lrs[k] if math.isfinite(best) else None,
+                     "best_loss": best, "edge": len(lrs) > 1 and k in (0, len(lrs) - 1),
+                     "sensitivity": float(np.mean([min(v, init) for v in loss]) - best) if math.isfinite(best) else math.nan,
+                     "n_seeds": len(g["runs"][lrs[0]])})
+    panels = []
+    for panel in dict.fromkeys(r["panel"] for r in rows):
+        prs = sorted((r for r in rows if r["panel"] == panel), key=lambda r: (r["size"] is None, r["size"]))
+        small, large = prs[0], prs[-1]
+        regret = math.nan
+        if size and small["best_lr"] in large["lrs"]:
+            at = large["loss"][large["lrs"].index(small["best_lr"])]
+            regret = min(at, large["initial_loss"]) - large["best_loss"]
+        panels.append({"panel": panel, "sizes": [r["size"] for r in prs], "best_lr": [r["best_lr"] for r in prs],
+                       "edge": [r["edge"] for r in prs], "transfer_regret": regret,
+                       "best_lr_ratio": (large["best_lr"] / small["best_lr"]
+                                         if small["best_lr"] and large["best_lr"] else math.nan)})
+    return {"size": size, "groups": rows, "panels": panels}
+
+
+def table(summary: dict[str, Any]) -> str:
+    """Markdown table: one row per group; an edge η* is marked ⚠ (the optimum may lie outside the grid)."""
+    lines = ["| group | best lr | best loss | LR sensitivity | seeds |", "|---|---|---|---|---|"]
+    for r in summary["groups"]:
+        lr = "diverged" if r["best_lr"] is None else f"{r['best_lr']:.3g}" + (" ⚠ edge" if r["edge"] else "")
+        lines.append(f"| {r['group']} | {lr} | {r['best_loss']:.4f} | {r['sensitivity']:.4f} | {r['n_seeds']} |")
+    if summary["size"]:
+        lines += ["", f"| panel | η* by {summary['size']} | η*(largest)/η*(smallest) | transfer regret |",
+                  "|---|---|---|---|"]
+        for p in summary["panels"]:
+            lrs = " → ".join("—" if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"]))
+            lines.append(f"| {p['panel']} | {lrs} | {p['best_lr_ratio']:.3g} | {p['transfer_regret']:.4f} |")
+    return "\n".join(lines)
+
+
+def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
+    """One panel per panel label, one line per size: final loss vs lr (log x); η* marked, ✕ at an edge."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [p["panel"] for p in summary["panels"]]
+    ncols = min(ncols, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes.flat, panels):
+        for r in (r for r in summary["groups"] if r["panel"] == panel):
+            y = [v if math.isfinite(v) else np.nan for v in r["loss"]]
+            line, = ax.plot(r["lrs"], y, marker="o", ms=3, label=f"{summary['size'] or 'run'}={r['size']}")
+            if r["best_lr"] is not None:
+                ax.plot([r["best_lr"]], [r["best_loss"]], "x" if r["edge"] else "*", ms=10, color=line.get_color())
+        ax.set(xscale="log", xlabel="learning rate", ylabel="final validation loss", title=panel)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def plot_best_lr(summary: dict[str, Any]) -> Any:
+    """η* vs size (log-log), one line per panel; hollow markers where η* sits at the grid's edge."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for p in summary["panels"]:
+        pts = [(s, v, e) for s, v, e in zip(p["sizes"], p["best_lr"], p["edge"]) if v is not None and s is not None]
+        if not pts:
+            continue
+        line, = ax.plot([s for s, _, _ in pts], [v for _, v, _ in pts], marker="o", label=p["panel"])
+        edges = [(s, v) for s, v, e in pts if e]
+        if edges:
+            ax.plot(*zip(*edges), "o", mfc="white", color=line.get_color(), ms=8)
+    ax.set(xscale="log", yscale="log", xlabel=summary["size"] or "size", ylabel="best learning rate η*",
+           title="optimal lr vs size (hollow: at the grid's edge)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def write_report(records: Sequence[dict[str, Any]], size: str | None, out_dir: str | Path) -> dict[str, Any]:
+    """summary.json, summary.md, loss_vs_lr.png and best_lr.png in ``out_dir``; returns the summary with its table."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    summary = summarize(records, size)
+    summary["table"] = table(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(summary["table"] + "\n")
+    for name, fig in (("loss_vs_lr", plot_loss_vs_lr(summary)), ("best_lr", plot_best_lr(summary))):
+        fig.tight_layout()
+        fig.savefig(out / f"{name}.png", dpi=100)
+        plt.close(fig)
+    return summary
