@@ -19,6 +19,7 @@ from typing import Any, Literal, Mapping
 from ..models import ModelConfig
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
+DISTRIBUTED, COMPILE, PRECISIONS = ("ddp", "fsdp"), ("off", "blocks", "model"), ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class TrainConfig:
     recover_steps: int = 4000        # model.shaping="recover": steps over which γ₁, γ₂, s₋ decay to 0
     progress: bool = True            # tqdm progress bar on rank 0
     tensorboard: bool = False        # also log to TensorBoard (extra: sigprop[tensorboard])
+    distributed: str = "ddp"         # under torchrun: "ddp" (replicated) | "fsdp" (FSDP2, one shard unit per block)
+    activation_checkpointing: bool = False   # recompute each block's activations in backward (non-reentrant)
+    compile: str = "off"             # torch.compile: "off" | "blocks" (one block graph, reused) | "model"
+    precision: str = "fp32"          # "fp32" | "bf16" (autocast; parameters and optimizer stay fp32)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "keep_last", "recover_steps"):
@@ -91,6 +96,10 @@ class TrainConfig:
             _require(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), ">= 0")
         _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                  "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        for name, allowed in (("distributed", DISTRIBUTED), ("compile", COMPILE), ("precision", PRECISIONS)):
+            _require(getattr(self, name) in allowed, f"train.{name}", getattr(self, name), f"one of {list(allowed)}")
+        _require(self.distributed != "fsdp" or self.diag_every == 0, "train.diag_every", self.diag_every,
+                 "0 with train.distributed='fsdp' (diagnostics run a forward on rank 0 alone)")
 
 
 @dataclass(frozen=True)
