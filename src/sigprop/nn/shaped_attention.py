@@ -85,19 +85,10 @@ class ShapedAttention(Attention):
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:
-        """A V = γ₁ V + Softmax(QKᵀ/τ + mask) V − γ₂ C V, (B, H, T, dh).
-
-        Always evaluated in at least fp32 (also under bf16 autocast): Softmax V and C V agree up to
-        O(1/τ), and their difference is the whole signal of the layer, which rounding Softmax V to
-        bf16 (relative error 2⁻⁸) would swamp at initialization.
-        """
-        out_dtype = v.dtype
-        with torch.autocast(v.device.type, enabled=False):
-            q, k, v = (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in (q, k, v))
-            y = torch.addcmul(super().mix(q, k, v, key_mask), self._g(self.gamma2, v),
-                              masked_mean(v, self.causal, key_mask), value=-1.0)
-            y = torch.addcmul(y, self._g(self.gamma1, v), v) if self.identity else y
-        return y.to(out_dtype)
+        """A V = γ₁ V + Softmax(QKᵀ/τ + mask) V − γ₂ C V, (B, H, T, dh)."""
+        y = torch.addcmul(super().mix(q, k, v, key_mask), self._g(self.gamma2, v),
+                          masked_mean(v, self.causal, key_mask), value=-1.0)
+        return torch.addcmul(y, self._g(self.gamma1, v), v) if self.identity else y
 
     def attention_matrix(self, x: torch.Tensor, kv: torch.Tensor | None = None,
                          key_mask: torch.Tensor | None = None) -> torch.Tensor:
