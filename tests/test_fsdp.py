@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sigprop.train import list_checkpoints, load_config, load_run, read_jsonl, train
+from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, read_jsonl, train
 
 from test_train_ddp import CONFIGS, curve, free_port
 
@@ -62,3 +62,19 @@ def test_fsdp_two_ranks_match_one_process_and_resume_exactly(tmp_path):
         assert torch.equal(w3[name], w2[name]), name
     train_losses = [r["loss"] for r in read_jsonl(resumed / "metrics.jsonl") if r["kind"] == "train"]
     assert train_losses[-3:] == [x[2] for x in b if x[0] == "train"][-3:]
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("distributed", "zero3", "'ddp', 'fsdp'"), ("compile", "layers", "'off', 'blocks', 'model'"),
+    ("precision", "fp16", "'fp32', 'bf16'")])
+def test_scale_out_fields_are_validated(key, value, allowed):
+    with pytest.raises(ValueError, match=rf"train\.{key}='{value}' is invalid: must be one of \[{allowed}\]"):
+        TrainConfig(**{key: value})
+    with pytest.raises(ValueError, match="train.activation_checkpointing"):
+        load_config(CONFIGS / "tiny_decoder.toml", ["train.activation_checkpointing=1"])
+
+
+def test_fsdp_needs_diagnostics_off():
+    with pytest.raises(ValueError, match=r"train\.diag_every=100 is invalid: must be 0 with train\.distributed='fsdp'"):
+        TrainConfig(distributed="fsdp", diag_every=100)
+    assert TrainConfig(distributed="fsdp", diag_every=0).distributed == "fsdp"
