@@ -8,6 +8,8 @@ PaLM appendix B), the convention of bench/throughput.py.
 
     # deep-thin vs wide-shallow, timed in interleaved rounds (the load of a shared machine hits both)
     python bench/depth.py ratio --shapes 12x256 192x64 --rounds 5
+    # where the time of one step goes, by op kind (torch.profiler self time)
+    python bench/depth.py profile --shapes 12x256 192x64
     # one fresh process per case: first-step time (includes compilation), steady step time, peak memory
     python bench/depth.py cases --shapes 12x64 192x64 --modes eager blocks checkpoint
     python bench/depth.py cases --shapes 192x256 1000x256 --modes eager blocks checkpoint --device cuda --precision bf16
@@ -158,6 +160,38 @@ def ratio(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+GROUPS = (("matmul", ("aten::mm", "aten::addmm", "aten::bmm")), ("attention (SDPA)", ("scaled_dot_product",)),
+          ("layer norm", ("layer_norm",)), ("ReLU", ("threshold_backward", "clamp_min", "aten::relu")),
+          ("mul/add (residual α, β; grad accumulation)", ("aten::mul", "aten::add", "aten::add_")),
+          ("AdamW and clipping", ("_foreach", "aten::lerp", "aten::addcdiv", "aten::norm", "linalg_vector_norm")))
+
+
+def profile(args: argparse.Namespace) -> list[dict]:
+    """Self time of one profiled step per shape, grouped by op kind (torch.profiler, after two warm-up steps)."""
+    from torch.profiler import profile as torch_profile
+
+    rows = []
+    for s in args.shapes:
+        case = Case(*shape(s), args.modes[0], args)
+        case.timed()
+        case.timed()
+        with torch_profile() as prof:
+            case.step()
+        groups = {name: 0.0 for name, _ in GROUPS} | {"other": 0.0}
+        calls = {name: 0 for name in groups}
+        for ev in prof.key_averages():
+            name = next((g for g, keys in GROUPS if any(k in ev.key for k in keys)), "other")
+            groups[name] += ev.self_cpu_time_total / 1e6
+            calls[name] += ev.count
+        rows.append({"shape": s, "seconds": groups, "calls": calls})
+    print("| op kind | " + " | ".join(f"{r['shape']} s (calls)" for r in rows) + " |\n|---|"
+          + "---:|" * len(rows))
+    for name in rows[0]["seconds"]:
+        print(f"| {name} | " + " | ".join(f"{r['seconds'][name]:.2f} ({r['calls'][name]})" for r in rows) + " |")
+    print("| total | " + " | ".join(f"{sum(r['seconds'].values()):.2f}" for r in rows) + " |")
+    return rows
+
+
 def common_argv(args: argparse.Namespace) -> list[str]:
     return ["--device", args.device, "--precision", args.precision, "--batch", str(args.batch), "--seq",
             str(args.seq), "--vocab", str(args.vocab), "--heads", str(args.heads), "--repeats", str(args.repeats),
@@ -166,7 +200,7 @@ def common_argv(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("ratio", "cases", "one"))
+    p.add_argument("what", choices=("ratio", "cases", "profile", "one"))
     p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)        # "one SHAPE MODE" (internal)
     p.add_argument("--shapes", nargs="+", default=["12x256", "192x64"], help="LAYERSxWIDTH")
     p.add_argument("--modes", nargs="+", default=["eager"], choices=list(MODES))
@@ -189,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"device={args.device} precision={args.precision} threads={torch.get_num_threads()} batch={args.batch} "
           f"seq={args.seq} vocab={args.vocab} heads={args.heads} torch={torch.__version__}\n", flush=True)
-    rows = ratio(args) if args.what == "ratio" else cases(args)
+    rows = {"ratio": ratio, "cases": cases, "profile": profile}[args.what](args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
