@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -120,14 +122,17 @@ def run_case(layers: int, width: int, mode: str, args: argparse.Namespace) -> di
 
 
 def cases(args: argparse.Namespace) -> list[dict]:
-    """Every (shape, mode) in its own subprocess, so compile caches and peak memory are its own."""
+    """Every (shape, mode) in its own subprocess with empty compile caches, so compile time and peak memory
+    are its own."""
     rows = []
     print(f"| shape | mode | params | first step s (incl. compile) | step s (best) | step s (median) | "
           f"GFLOP/s | peak MiB |\n|---|---|---:|---:|---:|---:|---:|---:|", flush=True)
     for s in args.shapes:
         for mode in args.modes:
             cmd = [sys.executable, __file__, "one", s, mode, *common_argv(args)]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            with tempfile.TemporaryDirectory() as cache:      # cold compile caches: no case reuses another's
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": cache}
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             if out.returncode != 0:
                 print(f"| {s} | {mode} | failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:120]} |||||", flush=True)
                 continue

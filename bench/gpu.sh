@@ -53,12 +53,12 @@ cat "$OUT/env.txt"
 
 if [[ $DRY == 1 ]]; then
   DEV=cpu; NGPU=2
-  ATTN=(--seqs 64 128 --repeats 1 --dtype bfloat16 --skip-explicit-above 64)
-  THRU=(--d-model 32 --n-layers 2 --seq 32 --batch 4 --vocab 256 --rounds 1)
-  DEPTH=(--shapes 4x32 12x32 --modes eager blocks checkpoint --batch 2 --seq 16 --repeats 1 --precision bf16)
+  ATTN=(--seqs 64 --repeats 1 --dtype bfloat16)
+  THRU=(--d-model 32 --n-layers 2 --seq 32 --batch 4 --vocab 512 --rounds 1)
+  DEPTH=(--shapes 2x32 --modes eager blocks checkpoint --batch 2 --seq 16 --repeats 1 --precision bf16)
   FSDP_SETS=(model.d_model=32 model.n_layers=2 data.seq_len=32 data.max_chars=100000 train.batch_size=8
              train.steps=4 train.device=cpu)
-  LIMITS=(120 300 600 300)
+  LIMITS=(300 300 600 300)
 else
   DEV=cuda; NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
   ATTN=(--seqs 1024 4096 16384 --repeats 5 --dtype bfloat16 --skip-explicit-above 4096)
