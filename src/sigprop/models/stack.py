@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..nn import Attention, Block, MLP, ShapedAttention, Sublayer, make_activation, make_norm
 from ..nn.roles import tag_site
@@ -28,8 +29,13 @@ def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attentio
 class Stack(nn.Module):
     """``n`` blocks of stack ``name`` ("enc" | "dec"), plus a final norm for Pre-LN placements.
 
-    x: (B, T, d) -> (B, T, d).
+    x: (B, T, d) -> (B, T, d). With ``activation_checkpointing`` set, a training forward keeps
+    only each block's input and recomputes the block in backward (non-reentrant
+    `torch.utils.checkpoint`, RNG state replayed, so dropout masks and gradients are unchanged):
+    activation memory of L block inputs plus one block's intermediates, instead of every block's.
     """
+
+    activation_checkpointing: bool = False
 
     def __init__(self, cfg: ModelConfig, name: str, n: int, causal: bool, cross: bool = False) -> None:
         super().__init__()
@@ -58,6 +64,10 @@ class Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, key_mask, memory, memory_mask)
+            if recompute:
+                x = checkpoint(block, x, key_mask, memory, memory_mask, use_reentrant=False)
+            else:
+                x = block(x, key_mask, memory, memory_mask)
         return self.final_norm(x)

@@ -76,20 +76,26 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module | dict[str, torch.Tensor],
+                    optimizer: torch.optim.Optimizer | dict[str, Any],
                     meta: dict[str, Any], rngs: list[dict[str, Any]], keep_last: int,
                     protect: Path | None = None) -> Path:
     """Write the checkpoint of ``step`` atomically and keep the newest ``keep_last`` (and ``protect``, the
     last good one, whatever its age); returns the JSON path.
 
-    meta: JSON-able extras (configs, data position); rngs: `capture_rng` of every rank.
+    model, optimizer: the objects, or their full state dicts (what `sigprop.train.parallel.gather_state`
+    returns for a sharded model); meta: JSON-able extras (configs, data position); rngs: `capture_rng`
+    of every rank.
     """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     stem = ckpt_dir / f"step_{step:08d}"
     weights, state = Path(f"{stem}.weights.safetensors"), Path(f"{stem}.state.safetensors")
-    save_model(model, f"{weights}.tmp")
+    if isinstance(model, nn.Module):
+        save_model(model, f"{weights}.tmp")
+    else:
+        save_file({k: v.contiguous() for k, v in model.items()}, f"{weights}.tmp")
     _fsync_replace(Path(f"{weights}.tmp"), weights)
-    sd = optimizer.state_dict()
+    sd = optimizer.state_dict() if isinstance(optimizer, torch.optim.Optimizer) else optimizer
     tensors = {f"optim.{i}.{k}": v.detach().cpu().contiguous()
                for i, st in sd["state"].items() for k, v in st.items()}
     for r, rng in enumerate(rngs):
@@ -187,6 +193,33 @@ def read_checkpoint(path: Path, model_config: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _read_state(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer state dict (integer-keyed, as ``optimizer.state_dict()``) of a verified checkpoint;
+    fills in the per-rank torch/CUDA RNG states of ``record["rng"]``."""
+    tensors = load_file(Path(path).parent / record["state"]["file"])
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    record["rng"] = [{**r, "torch": tensors[f"rng.{i}.torch"],
+                      "cuda": [tensors[f"rng.{i}.cuda.{d}"] for d in range(r["n_cuda"])]}
+                     for i, r in enumerate(record["rng"])]
+    return {"state": state, "param_groups": record["optimizer"]["param_groups"]}
+
+
+def read_states(path: Path, model_config: dict[str, Any]
+                ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
+    """Verify a checkpoint and read it whole, without a model: (record with RNG states, full model
+    state dict, optimizer state dict). For loaders that place the tensors themselves (sharding)."""
+    record = read_checkpoint(path, model_config)
+    try:
+        weights = load_file(Path(path).parent / record["weights"]["file"])
+    except Exception as e:   # safetensors raises several types for malformed files
+        raise CheckpointError(f"corrupt checkpoint {path}: cannot load weights ({e})") from e
+    return record, weights, _read_state(path, record)
+
+
 def load_checkpoint(path: Path, model: nn.Module, model_config: dict[str, Any],
                     optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
     """Verify, then load weights (and optimizer state) in place; returns the record with the
@@ -200,15 +233,7 @@ def load_checkpoint(path: Path, model: nn.Module, model_config: dict[str, Any],
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path} does not fit the model: missing {sorted(missing)}, "
                               f"unexpected {sorted(unexpected)}")
-    tensors = load_file(folder / record["state"]["file"])
+    optim = _read_state(path, record)
     if optimizer is not None:
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in tensors.items():
-            if key.startswith("optim."):
-                _, idx, name = key.split(".", 2)
-                state.setdefault(int(idx), {})[name] = value
-        optimizer.load_state_dict({"state": state, "param_groups": record["optimizer"]["param_groups"]})
-    record["rng"] = [{**r, "torch": tensors[f"rng.{i}.torch"],
-                      "cuda": [tensors[f"rng.{i}.cuda.{d}"] for d in range(r["n_cuda"])]}
-                     for i, r in enumerate(record["rng"])]
+        optimizer.load_state_dict(optim)
     return record

@@ -18,6 +18,7 @@ from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check
 from ..models import ModelConfig
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
+DISTRIBUTED, COMPILE, PRECISIONS = ("ddp", "fsdp"), ("off", "blocks", "model"), ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ class TrainConfig:
     tensorboard: bool = False        # also log to TensorBoard (extra: sigprop[tensorboard])
     resume_from: str = ""            # with resume: this checkpoint JSON of out_dir/checkpoints ("" = the newest)
     fresh_if_none: bool = False      # with resume: start from step 0 when out_dir has no checkpoint (else an error)
+    distributed: str = "ddp"         # under torchrun: "ddp" (replicated) | "fsdp" (FSDP2, one shard unit per block)
+    activation_checkpointing: bool = False   # recompute each block's activations in backward (non-reentrant)
+    compile: str = "off"             # torch.compile: "off" | "blocks" (one block graph, reused) | "model"
+    precision: str = "fp32"          # "fp32" | "bf16" (autocast; parameters and optimizer stay fp32)
 
     def __post_init__(self) -> None:
         check_fields(self, "train.", {name: NONNEGATIVE for name in ("eval_every", "eval_batches", "diag_every",
@@ -91,6 +96,10 @@ class TrainConfig:
                      "left at its default unless train.resume=true (it only chooses where a resume starts)")
         _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                  "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        for name, allowed in (("distributed", DISTRIBUTED), ("compile", COMPILE), ("precision", PRECISIONS)):
+            _require(getattr(self, name) in allowed, f"train.{name}", getattr(self, name), f"one of {list(allowed)}")
+        _require(self.distributed != "fsdp" or self.diag_every == 0, "train.diag_every", self.diag_every,
+                 "0 with train.distributed='fsdp' (diagnostics run a forward on rank 0 alone)")
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,9 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from .callbacks import Callback, Diagnostics
-from .checkpoint import capture_rng, load_checkpoint, restore_rng, resume_point, save_checkpoint, set_aside_newer
+from .checkpoint import capture_rng, resume_point, restore_rng, save_checkpoint, set_aside_newer
 from .config import RunConfig
 from .data import DataBundle
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
@@ -30,6 +29,7 @@ from .health import LastGood
 from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
 from .objectives import Batch, loss_terms
 from .optim import make_optimizer
+from .parallel import autocast, gather_state, no_sync, prepare_model, restore_state
 from .sampler import EpochSampler, generator, shard_bounds
 from .schedules import RecoverSchedule, lr_at
 
@@ -61,7 +61,7 @@ class Trainer:
                  dist: DistInfo = DistInfo(), callbacks: Sequence[Callback] = ()) -> None:
         self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
         self.model = model.to(dist.device)
-        self.ddp = DistributedDataParallel(self.model) if dist.enabled else self.model
+        self.ddp = prepare_model(self.model, cfg.train, dist)   # DDP wrapper, or the model (FSDP shards in place)
         self.optimizer = make_optimizer(self.model, cfg.optim, cfg.model)
         self.state = TrainState()
         self.sampler = EpochSampler(len(data.train), cfg.train.seed)
@@ -118,9 +118,10 @@ class Trainer:
         totals = torch.zeros(2, device=dist.device)                   # loss sum, correct
         for k, (a, b) in enumerate(self.micro):
             sync = not dist.enabled or k == len(self.micro) - 1
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device),   # forward
-                                               cfg.optim.z_loss)
+            with contextlib.nullcontext() if sync else no_sync(self.ddp):
+                with autocast(cfg.train.precision, dist.device):
+                    loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device),   # forward
+                                                   cfg.optim.z_loss)
                 (loss_sum * (dist.world_size / n_targets)).backward()                        # backward
             totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
         all_reduce_sum(totals, dist)
@@ -158,7 +159,8 @@ class Trainer:
         self.model.eval()
         for a in range(lo, hi, self._per_micro()):
             mb = self._eval_batch.rows(a, min(a + self._per_micro(), hi)).to(self.dist.device)
-            loss_sum, correct = loss_terms(self.model, mb)
+            with autocast(self.cfg.train.precision, self.dist.device):
+                loss_sum, correct = loss_terms(self.model, mb)
             totals += torch.stack([loss_sum, correct.to(totals.dtype), totals.new_tensor(mb.n_targets)])
         self.model.train()
         all_reduce_sum(totals, self.dist)
@@ -172,10 +174,11 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint the current state (rank 0 writes; every rank contributes its RNG state)."""
         rngs = all_gather(capture_rng(), self.dist)
+        model_state, optim_state = gather_state(self.model, self.optimizer)   # collective under FSDP
         if self.dist.is_main:
             meta = {"data_position": self.state.position, "config": self.cfg.to_dict(),
                     "model_config": self.cfg.model.to_dict(), **self.health.meta()}
-            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.state.step, self.model, self.optimizer,
+            self.last_checkpoint = save_checkpoint(self.ckpt_dir, self.state.step, model_state, optim_state,
                                                    meta, rngs, self.cfg.train.keep_last, protect=self.health.good)
             self.health.saved(self.last_checkpoint)
             self.log({"kind": "event", "event": "checkpoint", "path": str(self.last_checkpoint)})
@@ -185,7 +188,7 @@ class Trainer:
         path = resume_point(self.ckpt_dir, self.cfg.train.resume_from)
         if path is None:
             return None
-        record = load_checkpoint(path, self.model, self.cfg.model.to_dict(), self.optimizer)
+        record = restore_state(path, self.model, self.cfg.model.to_dict(), self.optimizer)
         self.state = TrainState(record["step"], record["data_position"])
         self.last_checkpoint, self.health = path, LastGood.from_record(path, record)
         barrier(self.dist)                    # every rank has read it before rank 0 moves newer ones aside
