@@ -1,8 +1,12 @@
 """One intra-op thread: the suite's tensors are small, and on a shared 2-core machine a second
-thread makes them slower, not faster. Results do not depend on it. Also the check every claim
-runner's output must pass (`claim_outputs`)."""
+thread makes them slower, not faster. Results do not depend on it. Also the fixtures several test
+files share: the check every claim runner's output must pass (`claim_outputs`) and one quick demo run
+(`quick_demo`)."""
+import contextlib
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,3 +32,13 @@ def claim_outputs():
         assert md.startswith(f"## {name} — ") and f"**Verdict: {summary['verdict']}.**" in md
         return saved
     return check
+
+
+@pytest.fixture(scope="session")
+def quick_demo(tmp_path_factory):
+    """`sigprop demo --quick` run once: ``.out`` its folder, ``.stdout`` what it printed."""
+    from sigprop.cli import main
+    out, text = tmp_path_factory.mktemp("demo"), io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(["demo", "--quick", "--out", str(out)]) == 0
+    return SimpleNamespace(out=out, stdout=text.getvalue())
