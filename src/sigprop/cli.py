@@ -60,6 +60,8 @@ DELEGATED = {
     "generate": ("sigprop.train.commands", "generate_main", "sample text from a decoder run"),
     "predict": ("sigprop.diagnostics.commands", "predict_main", "predicted per-layer moments: --config FILE"),
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
+    "simulate": ("sigprop.simulate.commands", "simulate_main",
+                 "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }
 
 # `sigprop reproduce NAME`: (module under sigprop.experiments, function(out_dir, quick=...) -> dict)
