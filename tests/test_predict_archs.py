@@ -20,6 +20,8 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.records import Record
 from sigprop.theory import moments
 
+pytestmark = pytest.mark.slow
+
 BAR = 0.10
 SIZE = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_seq_len": 16, "vocab_size": 256}
 VIT = {"image_size": 16, "patch_size": 4, "in_channels": 3}

@@ -116,6 +116,7 @@ def test_first_blowup_counts_the_norm_threshold_and_overflow():
     assert shaped_figs.first_blowup(V, 1e6).tolist() == [math.inf, 2.0, 1.0]
 
 
+@pytest.mark.slow
 def test_run_quick(tmp_path):
     out = shaped_figs.run(tmp_path, quick=True)
     assert set(out) == {"fig1", "fig2", "fig4", "fig5"}
