@@ -144,26 +144,22 @@ def test_cli_functions_write_records_and_plots(tmp_path: Path, capsys: pytest.Ca
 
 
 # ----------------------------------------------------------------------------------------- model level
-@lru_cache(maxsize=None)
-def measured(name: str) -> tuple[np.ndarray, np.ndarray, list[Record]]:
-    """(SEEDS, sublayers) arrays of measured forward and gradient variance, and the predicted records."""
-    scheme, norm = CONFIGS[name]
-    cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
-    runs = []
-    for seed in range(SEEDS):
-        torch.manual_seed(seed)
-        ids = torch.randint(0, cfg.vocab_size, (BATCH, cfg.max_seq_len))
-        runs.append(measure(build_model(cfg).double(), ids, seed=seed, attention_stats=False))
-    fwd = np.array([[r.fwd_var for r in rs] for rs in runs])
-    grad = np.array([[r.grad_var for r in rs] for rs in runs])
-    return fwd, grad, moments.predict(cfg, token_collision=1 / cfg.vocab_size)
+def token_batch(cfg: ModelConfig) -> torch.Tensor:
+    """BATCH sequences of uniform random token ids."""
+    return torch.randint(0, cfg.vocab_size, (BATCH, cfg.max_seq_len))
 
 
-def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
-    """Median relative error of ``pred`` against the sample mean, and the median relative standard error."""
-    mean = samples.mean(0)
-    return float(np.median(np.abs(pred / mean - 1))), float(np.median(samples.std(0, ddof=1) / mean)) / math.sqrt(
-        len(samples))
+@pytest.fixture(scope="module")
+def measured(measured_networks):
+    """measured(name) -> (SEEDS, sublayers) arrays of measured forward and gradient variance, and the predicted
+    records."""
+    @lru_cache(maxsize=None)
+    def get(name: str) -> tuple[np.ndarray, np.ndarray, list[Record]]:
+        scheme, norm = CONFIGS[name]
+        cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
+        fwd, grad, _ = measured_networks(cfg, tuple(range(SEEDS)), token_batch)
+        return fwd, grad, moments.predict(cfg, token_collision=1 / cfg.vocab_size)
+    return get
 
 
 @pytest.mark.slow
@@ -175,7 +171,7 @@ def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
                                       "seeds 1000-1999 (s.e. 4.5%), where even 1000 networks leave an s.e. above this "
                                       "test's bar/3 (was 31% before theory.moments.postnorm's radial constraint and "
                                       "upstream mean share)")))])
-def test_predicted_matches_measured(name: str) -> None:
+def test_predicted_matches_measured(name: str, measured, median_error) -> None:
     fwd, grad, pred = measured(name)
     for field, samples in (("fwd_var", fwd), ("grad_var", grad)):
         err, se = median_error(np.array([getattr(r, field) for r in pred]), samples)
@@ -189,7 +185,7 @@ def block_outputs(name: str, samples: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_preln_forward_variance_grows_linearly_with_depth() -> None:
+def test_preln_forward_variance_grows_linearly_with_depth(measured) -> None:
     var = block_outputs("preln", measured("preln")[0])
     layers = np.arange(1, len(var) + 1)
     slope, intercept = np.polyfit(layers, var, 1)
@@ -198,7 +194,7 @@ def test_preln_forward_variance_grows_linearly_with_depth() -> None:
 
 
 @pytest.mark.slow
-def test_postln_gradient_grows_geometrically_toward_the_output() -> None:
+def test_postln_gradient_grows_geometrically_toward_the_output(measured) -> None:
     """DeepScaleLM's Post-LN claim, as measured here: over the top blocks the stream-gradient variance
     grows ~2× per layer toward the output (log-linear fit). Below them the decoder's gradient does not
     keep falling: the collapsed stack routes it to the first token (see the xfail above)."""
@@ -209,7 +205,7 @@ def test_postln_gradient_grows_geometrically_toward_the_output() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
-def test_dslm_forward_variance_stays_in_band(name: str) -> None:
+def test_dslm_forward_variance_stays_in_band(name: str, measured) -> None:
     fwd = measured(name)[0].mean(0)
     assert 0.8 <= fwd.min() and fwd.max() <= 1.25, (fwd.min(), fwd.max())
 
@@ -228,14 +224,14 @@ def gradient_ratio(grad: np.ndarray) -> np.ndarray:
     "only free attention parameter (σ_v²σ_o²) scales both gains together, so no init choice fixes it without "
     "breaking the forward invariant (docs/RESULTS_dslm_moments.md)"))
 @pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
-def test_dslm_backward_gradient_stays_in_band(name: str) -> None:
+def test_dslm_backward_gradient_stays_in_band(name: str, measured) -> None:
     ratio = gradient_ratio(measured(name)[1].mean(0))
     assert 0.8 <= ratio.min() and ratio.max() <= 1.25, (ratio.min(), ratio.max())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dslm-preln", "dslm-postln"])
-def test_dslm_backward_dip_is_predicted_and_bounded_in_depth(name: str) -> None:
+def test_dslm_backward_dip_is_predicted_and_bounded_in_depth(name: str, measured) -> None:
     """The theory reproduces the measured dip (min ratio within 0.1), and predicts the same dip at
     depth 48, 192 and 1000 (β² = k/N bounds the accumulated drift)."""
     _, grad, pred = measured(name)
