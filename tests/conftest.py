@@ -55,7 +55,7 @@ def measured_networks():
     """measure(cfg, seeds, batch) -> (fwd, grad, first network's records): one fresh float64 model of ``cfg``
     per seed (``torch.manual_seed(seed)``, then ``batch(cfg)`` draws its input), measured at init by
     `diagnostics.measure`; fwd and grad are (seeds, points) arrays of the forward and stream-gradient
-    variance. Cached per (cfg, seeds, batch) for the whole session."""
+    variance. Cached per (cfg, seeds, batch) for the whole test run."""
     from sigprop.diagnostics import measure
     from sigprop.models import build_model
 
