@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from sigprop.experiments import deep_thin
 
 
@@ -24,6 +26,7 @@ def test_verdict_rule():
     assert not deep_thin.compare(pair(stats(math.nan, 0.0), stats(1.1, 0.0)))["deep_wins"]  # diverged
 
 
+@pytest.mark.slow
 def test_quick_run(tmp_path, claim_outputs):
     s = deep_thin.run(tmp_path, quick=True, show_progress=False)
     saved = claim_outputs(tmp_path, "deep-thin", s, ("settings",))

@@ -1,8 +1,11 @@
 import math
 
+import pytest
+
 from sigprop.experiments import dslm_depth
 
 
+@pytest.mark.slow
 def test_run_quick(tmp_path, claim_outputs):
     s = dslm_depth.run(tmp_path, quick=True)
     saved = claim_outputs(tmp_path, "dslm-depth", s, ("configs",))

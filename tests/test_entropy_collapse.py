@@ -1,10 +1,13 @@
 import math
 
+import pytest
+
 from sigprop.experiments import entropy_collapse as ec
 
 
+@pytest.mark.slow
 def test_quick_run_writes_outputs(tmp_path, claim_outputs):
-    s = ec.run(tmp_path, quick=True, progress_bar=False)
+    s = ec.run(tmp_path, quick=True, show_progress=False)
     saved = claim_outputs(tmp_path, ec.NAME, s, ("models", "lr"))
     log_t = math.log(ec.DATA["seq_len"])
     for label, m in s["models"].items():

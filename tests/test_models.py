@@ -49,8 +49,21 @@ def test_forward_backward_finite(arch, scheme):
 
 @pytest.mark.parametrize("norm", ["preln", "postln"])
 def test_dslm_norm_placements_and_rmsnorm(norm):
+    """norm_type="rmsnorm" puts RMSNorm at every norm site (no LayerNorm left); at init (gain 1) each
+    output token has unit mean square, x/√(mean x² + ε), without LayerNorm's centring."""
     cfg = ModelConfig(scheme="dslm", norm=norm, norm_type="rmsnorm", **TINY)
-    assert torch.isfinite(run(build_model(cfg), cfg)).all()
+    model = build_model(cfg).double()
+    norms = [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    assert len(norms) >= 2 * cfg.n_layers and all(isinstance(m, nn.RMSNorm) for m in norms)
+    outs = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: outs.append(out)) for m in norms]
+    assert torch.isfinite(run(model, cfg)).all()
+    for h in hooks:
+        h.remove()
+    assert len(outs) == len(norms)
+    for y in outs:
+        torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(y.shape[:-1], dtype=y.dtype), rtol=1e-4, atol=1e-4)
+    assert max(y.mean(-1).abs().max() for y in outs) > 0.05                # not centred: not a LayerNorm
 
 
 def test_shaped_learn_mode_has_trainable_shape_and_residual():

@@ -175,9 +175,16 @@ def test_serial_and_residual_compose() -> None:
 
 
 def test_zipf_collision() -> None:
+    """P(two Zipf(1) tokens of a v-word vocabulary coincide) = H_v^(2) / H_v², the generalized harmonic
+    numbers in closed form (H_v = ψ(v+1) + γ_E, H_v^(2) = π²/6 − ψ'(v+1)), and by sampling token pairs."""
     v = 1000
-    p = np.array([1 / i for i in range(1, v + 1)])
-    assert zipf_collision_probability(v) == pytest.approx(float(np.sum((p / p.sum()) ** 2)))
+    h1 = scipy.special.digamma(v + 1) + np.euler_gamma
+    h2 = math.pi ** 2 / 6 - scipy.special.polygamma(1, v + 1)
+    assert zipf_collision_probability(v) == pytest.approx(h2 / h1 ** 2, rel=1e-12)
+    p = 1 / np.arange(1, v + 1)
+    rng, n = np.random.default_rng(0), 400_000
+    same = rng.choice(v, n, p=p / p.sum()) == rng.choice(v, n, p=p / p.sum())
+    assert abs(same.mean() - zipf_collision_probability(v)) < 5 * same.std() / math.sqrt(n)
     assert zipf_collision_approx(v) == pytest.approx(zipf_collision_probability(v), rel=1e-3)
     bert = zipf_collision_approx(30522, euler=False) / zipf_collision_probability(30522)
     assert bert - 1 == pytest.approx(0.115, abs=0.005)

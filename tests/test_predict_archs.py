@@ -8,17 +8,17 @@ patch 4 (T = 17).
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 import pytest
 import torch
 
-from sigprop.diagnostics import measure
-from sigprop.models import ModelConfig, build_model
+from sigprop.models import ModelConfig
 from sigprop.records import Record
 from sigprop.models import predict
+
+pytestmark = pytest.mark.slow
 
 BAR = 0.10
 SIZE = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_seq_len": 16, "vocab_size": 256}
@@ -33,32 +33,27 @@ def config(arch: str, name: str) -> ModelConfig:
     return ModelConfig(arch=arch, scheme=scheme, norm=norm, **size, **(VIT if arch == "vit" else {}))
 
 
-@lru_cache(maxsize=None)
-def measured(arch: str, name: str) -> tuple[np.ndarray, np.ndarray, list[Record], list[Record]]:
-    """(seeds, points) measured forward and gradient variances, one measured run's records, the prediction."""
-    cfg = config(arch, name)
-    runs = []
-    for seed in range(SEEDS[arch]):
-        torch.manual_seed(seed)
-        if arch == "vit":
-            batch = torch.randn(BATCH[arch], cfg.in_channels, cfg.image_size, cfg.image_size, dtype=torch.float64)
-        else:
-            batch = tuple(torch.randint(0, cfg.vocab_size, (BATCH[arch], cfg.max_seq_len)) for _ in range(2))
-        runs.append(measure(build_model(cfg).double(), batch, seed=seed, attention_stats=False))
-    fwd = np.array([[r.fwd_var for r in rs] for rs in runs])
-    grad = np.array([[r.grad_var for r in rs] for rs in runs])
-    return fwd, grad, runs[0], predict(cfg, token_collision=1 / cfg.vocab_size)
+def model_input(cfg: ModelConfig) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """As `sigprop diagnose` draws it: N(0, 1) images for the ViT, (src, tgt) uniform token ids otherwise."""
+    if cfg.arch == "vit":
+        return torch.randn(BATCH["vit"], cfg.in_channels, cfg.image_size, cfg.image_size, dtype=torch.float64)
+    return tuple(torch.randint(0, cfg.vocab_size, (BATCH[cfg.arch], cfg.max_seq_len)) for _ in range(2))
 
 
-def median_error(pred: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
-    """Median relative error of ``pred`` against the sample mean, and the median relative standard error."""
-    mean = samples.mean(0)
-    return (float(np.median(np.abs(pred / mean - 1))),
-            float(np.median(samples.std(0, ddof=1) / mean)) / math.sqrt(len(samples)))
+@pytest.fixture(scope="module")
+def measured(measured_networks):
+    """measured(arch, name) -> (seeds, points) measured forward and gradient variances, one measured run's
+    records, the prediction."""
+    @lru_cache(maxsize=None)
+    def get(arch: str, name: str) -> tuple[np.ndarray, np.ndarray, list[Record], list[Record]]:
+        cfg = config(arch, name)
+        fwd, grad, run = measured_networks(cfg, tuple(range(SEEDS[arch])), model_input)
+        return fwd, grad, run, predict(cfg, token_collision=1 / cfg.vocab_size)
+    return get
 
 
 @pytest.mark.parametrize("arch", ["encdec", "vit"])
-def test_records_follow_measure(arch: str) -> None:
+def test_records_follow_measure(arch: str, measured) -> None:
     _, _, run, pred = measured(arch, "preln")
     assert [(r.stack, r.layer, r.sublayer) for r in pred] == [(r.stack, r.layer, r.sublayer) for r in run]
 
@@ -79,7 +74,7 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
         "patch token's, so its Pre-LN norms amplify its gradient by 1/σ² that the token-averaged state cannot see")),
     ("vit", "postln"), ("vit", "dslm-preln"),
 ])
-def test_predicted_matches_measured(arch: str, name: str) -> None:
+def test_predicted_matches_measured(arch: str, name: str, measured, median_error) -> None:
     fwd, grad, _, pred = measured(arch, name)
     for field, samples in (("fwd_var", fwd), ("grad_var", grad)):
         err, se = median_error(np.array([getattr(r, field) for r in pred]), samples)

@@ -112,16 +112,10 @@ def test_deepnorm_table_spot_values():
     assert alphas == {round(deepnorm_constants("encdec", s, 3, 4)[0], 5) for s in ("enc", "dec")}
 
 
-def correlated_tokens(batch: int, seq: int, d: int, r: float, gen: torch.Generator) -> torch.Tensor:
-    """Unit-variance features with token correlation r: x_t = √r·s + √(1−r)·e_t."""
-    shared = torch.randn(batch, 1, d, generator=gen, dtype=torch.float64)
-    return math.sqrt(r) * shared + math.sqrt(1 - r) * torch.randn(batch, seq, d, generator=gen, dtype=torch.float64)
-
-
 @pytest.mark.parametrize("arch, r0, sublayer", [("encoder", 0.4, "attn"), ("encoder", 0.4, "mlp"),
                                                 ("decoder", None, "attn"), ("decoder", None, "mlp"),
                                                 ("vit", None, "attn")])
-def test_dslm_blocks_have_unit_output_variance(arch, r0, sublayer):
+def test_dslm_blocks_have_unit_output_variance(arch, r0, sublayer, correlated_tokens):
     """DSLM's invariant, by Monte Carlo: a block fed unit-variance tokens with the correlation r_l
     the scheme predicts returns D(f(x)) with unit variance, for long-range correlated tokens in a
     bidirectional encoder and for the weakly correlated (Zipf) tokens of a causal decoder, where

@@ -43,7 +43,7 @@ def test_fig4_quick(tmp_path):
     assert s["final_std_corr"]["no_identity"] < s["final_std_corr"]["shaped"]
 
 
-# Fig. 4's three degeneracies (derived in shaped_figs.fig4's docstring), at sizes that run in about a second.
+# Fig. 4's three degeneracies (derived in shaped_figs.measure_fig4's docstring), at sizes that run in about a second.
 # Margins: Z_MAX standard errors of the statistic, estimated from the same samples, plus, where the
 # prediction is the leading order only, its O(1/n) correction bounded by 1/n.
 Z_MAX = 5.0
@@ -116,6 +116,7 @@ def test_first_blowup_counts_the_norm_threshold_and_overflow():
     assert shaped_figs.first_blowup(V, 1e6).tolist() == [math.inf, 2.0, 1.0]
 
 
+@pytest.mark.slow
 def test_run_quick(tmp_path):
     out = shaped_figs.run(tmp_path, quick=True)
     assert set(out) == {"fig1", "fig2", "fig4", "fig5"}

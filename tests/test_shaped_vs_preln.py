@@ -5,8 +5,9 @@ import pytest
 from sigprop.experiments import shaped_vs_preln as svp
 
 
+@pytest.mark.slow
 def test_quick_run_writes_outputs(tmp_path, claim_outputs):
-    s = svp.run(tmp_path, quick=True, progress_bar=False)
+    s = svp.run(tmp_path, quick=True, show_progress=False)
     claim_outputs(tmp_path, svp.NAME, s, ("configs",))
     assert len(s["configs"]) == len(svp.PRELN_LRS) + len(svp.SHAPINGS) * len(svp.GAMMAS)
     for label, c in s["configs"].items():          # tiny runs: every config trains and its loss falls

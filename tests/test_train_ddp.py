@@ -10,6 +10,8 @@ import torch
 
 from sigprop.train import load_config, load_run, read_jsonl, train
 
+pytestmark = pytest.mark.slow
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SETS = ["data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false",
         "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",

@@ -51,6 +51,8 @@ DELEGATED = {
     "predict": ("sigprop.diagnostics.commands", "predict_main", "predicted per-layer moments: --config FILE"),
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
     "sweep": ("sigprop.train.sweep", "sweep_main", "train a grid of configs: --config FILE [--jobs N] [--resume]"),
+    "simulate": ("sigprop.simulate.commands", "simulate_main",
+                 "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }
 
 # `sigprop reproduce NAME`: (module under sigprop.experiments, function(out_dir, quick=...) -> dict)

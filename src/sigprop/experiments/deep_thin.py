@@ -45,6 +45,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .outputs import progress, write_outputs  # noqa: E402
+from .report import Table  # noqa: E402
 from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable, train_run  # noqa: E402
 
 NAME = "deep-thin"
@@ -127,8 +128,22 @@ def _fmt(s: dict[str, float], digits: int = 3) -> str:
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
 
 
+def table(summary: dict[str, Any]) -> Table:
+    """One row per model of each pair; the pair's loss gap and winner on its first row."""
+    rows = []
+    for name, s in summary["settings"].items():
+        for i, (kind, m) in enumerate(s["models"].items()):
+            gap = ([f"{s['loss_gap_shallow_minus_deep']:+.3f} ± {s['combined_se']:.3f}",
+                    "yes" if s["deep_wins"] else "no"] if i == 0 else ["", ""])
+            rows.append([name if i == 0 else "", f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}, {s['lr']:g}",
+                         f"{m['params']:,} / {m['non_embedding_params']:,}", _fmt(m["final_val_loss"]),
+                         _fmt(m["final_val_acc"]), *gap])
+    return Table(["setting", "model", "steps, batch, lr", "params total / non-emb", "final val loss", "val acc",
+                  "Δ ± s.e.", "deep wins"], rows)
+
+
 def markdown(summary: dict[str, Any]) -> str:
-    """The results section: one row per model of each pair."""
+    """The results section: claim, setup, `table`, verdict."""
     shapes = " vs ".join(f"{k} {s.label}" for k, s in SHAPES.items())
     lines = [f"## {NAME} — deeper-thinner beats shallow-wide at equal parameters", "",
              "**Claim** (DeepScaleLM, Kedia et al. 2024): deep models with fewer parameters outperform shallow "
@@ -140,15 +155,7 @@ def markdown(summary: dict[str, Any]) -> str:
              f"the same steps, batch and lr within a pair. Seeds {summary['seeds']}. Parameters: non-embedding "
              "block weights equal (deep-thin +0.5 % LayerNorm gains), total fewer for deep-thin (halved "
              "embedding tables). Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e.", "",
-             "| setting | model | steps, batch, lr | params total / non-emb | final val loss | val acc | "
-             "Δ ± s.e. | deep wins |", "|---|---|---|---|---|---|---|---|"]
-    for name, s in summary["settings"].items():
-        for i, (kind, m) in enumerate(s["models"].items()):
-            tail = (f"{s['loss_gap_shallow_minus_deep']:+.3f} ± {s['combined_se']:.3f} | "
-                    f"{'yes' if s['deep_wins'] else 'no'}") if i == 0 else " | "
-            lines.append(f"| {name if i == 0 else ''} | {kind} {m['shape']} | {s['steps']}, {s['batch_size']}, "
-                         f"{s['lr']:g} | {m['params']:,} / {m['non_embedding_params']:,} | "
-                         f"{_fmt(m['final_val_loss'])} | {_fmt(m['final_val_acc'])} | {tail} |")
+             table(summary).markdown()]
     lines += ["", f"**Verdict: {summary['verdict']}.** {summary['verdict_reason']}", ""]
     return "\n".join(lines)
 
@@ -187,10 +194,11 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 2),
-        settings: Iterable[str] | None = None, steps: int | None = None, show_progress: bool = True
-        ) -> dict[str, Any]:
-    """Train every pair × seed, write deep-thin.json/.png/.md into ``out_dir``, return the summary.
+def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 2),
+            settings: Iterable[str] | None = None, steps: int | None = None, show_progress: bool = True
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train every pair × seed into ``out_dir/runs``; return (data: every run per setting and model, summary:
+    per-setting statistics and the verdict).
 
     ``settings``: a subset of `SETTINGS` names; ``steps`` overrides every setting's step count;
     ``quick``: one seed, `QUICK_STEPS` steps, `QUICK_CHARS` of text (a smoke run).
@@ -218,9 +226,9 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 
     for name, setting in chosen.items():
         models = {}
         for kind, shape in SHAPES.items():
-            table, runs = model_table(setting, shape), data[name][kind]
-            models[kind] = {"shape": shape.label, **table, "params": param_count(table),
-                            "non_embedding_params": non_embedding_count(table),
+            mt, runs = model_table(setting, shape), data[name][kind]
+            models[kind] = {"shape": shape.label, **mt, "params": param_count(mt),
+                            "non_embedding_params": non_embedding_count(mt),
                             "final_val_loss": seed_stats(r["final_val_loss"] for r in runs),
                             "final_val_acc": seed_stats(r["final_val_acc"] for r in runs),
                             "diverged": sum(r["diverged"] for r in runs),
@@ -236,4 +244,13 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 
                                                     f"{s['combined_se']:.3f}" for n, s in out.items()) + ".")
     summary = {"verdict": verdict(wins), "verdict_reason": reason, "seeds": seeds, "settings": out,
                "wall_s": round(time.time() - start, 1)}
+    return data, summary
+
+
+def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 2),
+        settings: Iterable[str] | None = None, steps: int | None = None, show_progress: bool = True
+        ) -> dict[str, Any]:
+    """`measure` → `markdown` (with `table`) + `plot`, written as deep-thin.{json,png,md} into ``out_dir``;
+    returns the summary. Arguments as for `measure`."""
+    data, summary = measure(out_dir, quick, seeds, settings, steps, show_progress)
     return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary))

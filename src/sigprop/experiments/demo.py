@@ -9,7 +9,8 @@
    same size, trained for the same steps on the embedded corpus (causal LM); validation loss curves.
 
 Writes into ``out_dir``: ``report.html`` (self-contained: plots embedded), ``demo.json`` (every summary and
-curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table.
+curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table. Each part is
+measure → table → plot; `sections` turns the parts' tables and figures into the report.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from . import dslm_moments, shaped_figs  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
-from .report import Section, Table, write_html  # noqa: E402
+from .report import Figure, Section, Table, write_html  # noqa: E402
 from .training import train_run  # noqa: E402
 
 # the training comparison: one size, three schemes (label -> ModelConfig overrides)
@@ -39,35 +40,61 @@ FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "ste
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
 
 
+READ = {
+    "summary": "One row per measured quantity, grouped by part. Token correlation near 1 means the tokens' "
+               "representations have collapsed onto one direction; a forward-variance range near 1 – 1 means the "
+               "signal keeps its scale through depth; lower validation loss is better.",
+    "rank": "Each band is the 5–95 % range of the correlation ρ between two tokens over many random networks at "
+            "initialization, plotted against t = layer / width; the dashed black band is the neural covariance "
+            "SDE, the networks' limit. A band pinned at ρ = 1 is rank collapse. The right panel compares the "
+            "final correlation of the finite shaped networks with the SDE; KS is the largest gap between their "
+            "distribution functions (0 = identical).",
+    "moments": "Ranges run over every sublayer output: measured, then predicted by sigprop.theory.moments in "
+               "brackets. Gradients are relative to the model output, so 1 means no growth or decay. In the "
+               "figures solid lines are measured and dashed lines predicted; the closer they sit, the better the "
+               "theory. The median error is |predicted / measured − 1| over sublayers, beside its Monte-Carlo "
+               "standard error.",
+    "training": "Validation loss (nats per token) of three models of the same size trained with the same data, "
+                "steps and learning rate. The shaped model has no LayerNorm at all; similar curves mean shaping "
+                "replaces normalization.",
+}
+
+
 def train_comparison(out_dir: Path, depth: int, width: int, steps: int, batch: int, seed: int = 0,
-                     seq: int = 64, vocab: int = 512, lr: float = 1e-3) -> dict[str, Any]:
+                     seq: int = 64, vocab: int = 512, lr: float = 1e-3, show_progress: bool = True
+                     ) -> dict[str, Any]:
     """Train each of `TRAIN_MODELS` (decoder, ``depth`` × ``width``, causal LM on "pydoc") with the same
-    data, steps, batch and lr; write training.{json,png,md}; return {label: train_run record}."""
+    data, steps, batch and lr, each in ``out_dir/runs/``; return {label: train_run record}."""
     runs = {}
-    for label, scheme in progress(TRAIN_MODELS.items(), "demo: training", total=len(TRAIN_MODELS)):
+    for label, scheme in progress(TRAIN_MODELS.items(), "demo: training", total=len(TRAIN_MODELS),
+                                  enabled=show_progress):
         model = {"arch": "decoder", "d_model": width, "n_layers": depth, "n_heads": 4, "vocab_size": vocab,
                  "max_seq_len": seq, **scheme}
         runs[label] = train_run(out_dir / "runs" / label.split()[0].lower().replace("-", ""), model,
                                 data={"source": "pydoc", "seq_len": seq},
                                 optim={"lr": lr, "warmup_steps": max(1, steps // 10)},
                                 train_cfg={"steps": steps, "batch_size": batch, "eval_every": max(1, steps // 10),
-                                           "recover_steps": steps, "progress": True}, seed=seed)
+                                           "recover_steps": steps, "progress": show_progress}, seed=seed)
+    return runs
+
+
+def training_table(runs: dict[str, Any]) -> Table:
+    """One row per model: parameters, validation loss at step 0 and at the end, wall time."""
+    return Table(["model", "params", "val loss at step 0", "final val loss", "wall s"],
+                 [[k, r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
+                  for k, r in runs.items()], caption="Validation loss in nats per token (embedded corpus, causal LM).")
+
+
+def plot_training(runs: dict[str, Any], title: str) -> Any:
+    """Validation loss against step, one line per model."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, r in runs.items():
         x, y = zip(*r["val_curve"])
         ax.plot(x, y, "o-", ms=3, label=label)
-    ax.set(xlabel="step", ylabel="validation loss (nats/token)",
-           title=f"decoder, {depth} layers × width {width}, lr {lr:g}")
+    ax.set(xlabel="step", ylabel="validation loss (nats/token)", title=title)
     ax.legend()
     ax.grid(alpha=0.3)
-    summary = {label: {k: r[k] for k in ("final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
-               for label, r in runs.items()}
-    md = ("| model | params | val loss at step 0 | final val loss | wall s |\n|---|---|---|---|---|\n" + "".join(
-        f"| {k} | {v['params']} | {v['initial_val_loss']:.3f} | {v['final_val_loss']:.3f} | {v['wall_s']:.0f} |\n"
-        for k, v in summary.items()))
-    write_outputs(out_dir, "training", {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]}
-                                        for k, r in runs.items()}, summary, md, fig)
-    return runs
+    return fig
 
 
 def _fmt(x: float) -> str:
@@ -93,34 +120,57 @@ def summary_table(rank: dict[str, Any], moments: dict[str, Any], runs: dict[str,
     return Table(["part", "quantity", "value"], rows)
 
 
-def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0) -> dict[str, Any]:
-    """Run the three parts into ``out_dir`` and write the report; returns {"table", "wall_s", ...}."""
+def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, Any], runs: dict[str, Any],
+             meta: dict[str, Any]) -> list[Section]:
+    """The report's parts, from the three parts' results and the files they wrote under ``out``."""
+    depth = moments["meta"]["depth"]
+    return [
+        Section("Summary", READ["summary"], [f"Wall time {meta['wall_s']:.0f} s. Data beside this file: demo.json; "
+                                             "each part's JSON, PNG and Markdown in its folder."], [table]),
+        Section("1. Rank collapse and the covariance SDE", READ["rank"], tables=[shaped_figs.table_fig1(rank)],
+                figures=[Figure(out / "rank_collapse/fig1.png",
+                                f"Token correlation through depth = width = {rank['width']} networks at "
+                                "initialization (left) and the distribution of the final correlation, shaped "
+                                "networks vs the SDE (right).")]),
+        Section(f"2. Moments at initialization, depth {depth}: standard vs DSLM", READ["moments"],
+                tables=[dslm_moments.table(moments["summary"], moments["meta"])],
+                figures=[Figure(out / f"dslm_moments/dslm_moments_{p.lower().replace('-', '')}.png",
+                                f"{p} decoder, depth {depth}: forward variance, gradient relative to the output and "
+                                "token correlation per sublayer, standard init and DSLM, measured (solid) and "
+                                "predicted (dashed).") for p in ("Pre-LN", "Post-LN")]),
+        Section("3. Training: shaped vs Pre-LN vs DSLM", READ["training"], tables=[training_table(runs)],
+                figures=[Figure(out / "training/training.png",
+                                f"Validation loss against step, decoder of {meta['depth']} layers × width "
+                                f"{meta['width']}.")]),
+    ]
+
+
+def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, show_progress: bool = True
+        ) -> dict[str, Any]:
+    """Run the three parts into ``out_dir`` and write the report; returns {"table", "meta"}."""
     size = QUICK if quick else FULL
     out, start = Path(out_dir), time.time()
-    rank = shaped_figs.fig1(out / "rank_collapse", quick=quick)
+    rank = shaped_figs.fig1(out / "rank_collapse", quick=quick, show_progress=show_progress)
     moments = dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
-                               quick=quick)
-    runs = train_comparison(out / "training", size["depth"], size["width"], size["steps"], size["batch"], seed)
+                               quick=quick, show_progress=show_progress)
+    runs = train_comparison(out / "training", size["depth"], size["width"], size["steps"], size["batch"], seed,
+                            show_progress=show_progress)
+    write_outputs(out / "training", "training",
+                  {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
+                  {k: {f: r[f] for f in ("final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
+                   for k, r in runs.items()},
+                  training_table(runs).markdown(),
+                  plot_training(runs, f"decoder, {size['depth']} layers × width {size['width']}"))
     table = summary_table(rank, moments, runs)
     meta = {**size, "quick": quick, "seed": seed, "wall_s": round(time.time() - start, 1)}
     (out / "demo.json").write_text(json.dumps(
         {"meta": meta, "table": {"header": list(table.header), "rows": table.rows}, "rank_collapse": rank,
          "dslm_moments": moments, "training": runs}, indent=1))
-    md = lambda p: (out / p).read_text()  # noqa: E731
-    write_html(out / "report.html", "sigprop demo: signal propagation in deep transformers", [
-        Section("Summary", [f"Wall time {meta['wall_s']:.0f} s. Data beside this file: demo.json."], [table]),
-        Section("1. Rank collapse and the covariance SDE",
-                ["Token correlation of two tokens (ρ₀ = 0.2) through depth = width networks at initialization. "
-                 "Softmax attention without LayerNorm collapses to ρ = 1, Pre-LN slows the collapse, shaped "
-                 "attention keeps a spread of correlations that the neural covariance SDE reproduces.",
-                 md("rank_collapse/fig1.md")], images=[out / "rank_collapse/fig1.png"]),
-        Section(f"2. Moments at initialization, depth {moments['meta']['depth']}: standard vs DSLM",
-                ["Measured (solid) vs predicted by sigprop.theory.moments (dashed), per sublayer.",
-                 md("dslm_moments/section.md")],
-                images=sorted((out / "dslm_moments").glob("*.png"))),
-        Section("3. Training: shaped vs Pre-LN vs DSLM", [md("training/training.md")],
-                images=[out / "training/training.png"]),
-    ])
+    write_html(out / "report.html", "sigprop demo: signal propagation in deep transformers",
+               sections(out, table, rank, moments, runs, meta),
+               intro="Three measurements at initialization and in training, on the data embedded in the package. "
+                     "Background: The Shaped Transformer (Noci et al., NeurIPS 2023) and DeepScaleLM (Kedia et "
+                     "al., ICML 2024).")
     print(table.text())
     print(f"report: {out / 'report.html'}")
     return {"table": table.rows, "meta": meta}

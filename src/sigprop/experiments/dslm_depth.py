@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
+from .report import Table  # noqa: E402
 from .training import seed_stats, train_run, unigram_loss  # noqa: E402
 
 NAME = "dslm-depth"
@@ -163,6 +164,19 @@ def plot(runs: dict[str, list[dict[str, Any]]], s: dict[str, Any]) -> Any:
     return fig
 
 
+def table(summary: dict[str, Any]) -> Table:
+    """One row per configuration (mean ± std over seeds): losses, progress P, status, gradient norms."""
+    rows = []
+    for key, c in summary["configs"].items():
+        ms = lambda d: f"{d['mean']:.3f}" + (f" ± {d['std']:.3f}" if len(c["seeds"]) > 1 else "")  # noqa: E731
+        g = " · ".join(f"{x['first']:.3g} → {x['last']:.3g} ({x['max']:.3g})" for x in c["grad_norm"])
+        rows.append([key.split(" depth")[0], c["depth"], f"{c['lr']:g}", f"{c['params'] / 1e6:.2f} M",
+                     ms(c["initial_val_loss"]), ms(c["final_val_loss"]), ms(c["unigram_loss"]),
+                     ms(c["progress_to_unigram"]), ", ".join(c["status"]), g])
+    return Table(["config", "depth", "lr", "params", "initial loss", "final loss", "unigram", "P", "status",
+                  "grad norm first → last (max)"], rows)
+
+
 def markdown(summary: dict[str, Any], s: dict[str, Any]) -> str:
     """The section: claim, setup, table (mean ± std over seeds), verdict."""
     lines = [f"## {NAME} — 192- and 1000-layer models train with DSLM", "",
@@ -178,15 +192,7 @@ def markdown(summary: dict[str, Any], s: dict[str, Any]) -> str:
              f"final ≥ initial loss; progress P = (initial − final)/(initial − unigram); *trains* = P ≥ "
              f"{MIN_PROGRESS}; *stalled* = P < {MIN_PROGRESS}, or a standard run whose drop is under "
              f"{STALL_FRACTION:.0%} of the DSLM drop (same norm).", "",
-             "| config | depth | lr | params | initial loss | final loss | unigram | P | status | "
-             "grad norm first → last (max) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for key, c in summary["configs"].items():
-        ms = lambda d: f"{d['mean']:.3f}" + (f" ± {d['std']:.3f}" if len(c["seeds"]) > 1 else "")  # noqa: E731
-        g = " · ".join(f"{x['first']:.3g} → {x['last']:.3g} ({x['max']:.3g})" for x in c["grad_norm"])
-        lines.append(f"| {key.split(' depth')[0]} | {c['depth']} | {c['lr']:g} | {c['params'] / 1e6:.2f} M | "
-                     f"{ms(c['initial_val_loss'])} | {ms(c['final_val_loss'])} | {ms(c['unigram_loss'])} | "
-                     f"{ms(c['progress_to_unigram'])} | "
-                     f"{', '.join(c['status'])} | {g} |")
+             table(summary).markdown()]
     lines += ["", f"**Verdict: {summary['verdict']}.** {summary['verdict_reason']}", ""]
     return "\n".join(lines)
 
@@ -202,12 +208,13 @@ def plan(s: dict[str, Any]) -> list[tuple[str, str, str | None, int, float, tupl
     return out
 
 
-def run(out_dir: str | Path, quick: bool = False, **sizes: Any) -> dict[str, Any]:
-    """Train every configuration of `plan` into ``out_dir/runs``; write dslm-depth.{json,png,md}.
+def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any
+            ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], dict[str, Any]]:
+    """Train every configuration of `plan` into ``out_dir/runs``; return (runs per configuration, summary with
+    the verdict, the resolved sizes).
 
     ``sizes`` override `FULL` (or `QUICK` when ``quick``): depth, deep_depth, width, seq, batch, steps,
     deep_steps, lr, low_lr, seeds, deep_seeds, deep_norms (DSLM norms at deep_depth), eval_every.
-    Returns the summary (verdict included).
     """
     base = QUICK if quick else FULL
     unknown = sorted(set(sizes) - set(base))
@@ -218,7 +225,7 @@ def run(out_dir: str | Path, quick: bool = False, **sizes: Any) -> dict[str, Any
     jobs = [(key, scheme, norm, depth, lr, seed) for key, scheme, norm, depth, lr, seeds in plan(s) for seed in seeds]
     runs: dict[str, list[dict[str, Any]]] = {}
     unigram: dict[int, float] = {}     # the split and the (deterministic) BPE tokenizer depend on the seed only
-    for key, scheme, norm, depth, lr, seed in progress(jobs, NAME, total=len(jobs)):
+    for key, scheme, norm, depth, lr, seed in progress(jobs, NAME, total=len(jobs), enabled=show_progress):
         folder = out / "runs" / f"{key.lower().replace(' ', '-')}-s{seed}"
         r = one_run(folder, scheme, norm, depth, lr, seed, s)
         if seed not in unigram:
@@ -227,4 +234,11 @@ def run(out_dir: str | Path, quick: bool = False, **sizes: Any) -> dict[str, Any
     summary = {**summarize(runs, s), "seeds": list(s["seeds"]), "deep_seeds": list(s["deep_seeds"]),
                "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
                "wall_s": round(time.perf_counter() - start, 1)}
-    return write_outputs(out, NAME, {"runs": runs}, summary, markdown(summary, s), plot(runs, s))
+    return runs, summary, s
+
+
+def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
+    """`measure` → `markdown` (with `table`) + `plot`, written as dslm-depth.{json,png,md}; returns the summary
+    (verdict included). Arguments as for `measure`."""
+    runs, summary, s = measure(out_dir, quick, show_progress, **sizes)
+    return write_outputs(out_dir, NAME, {"runs": runs}, summary, markdown(summary, s), plot(runs, s))

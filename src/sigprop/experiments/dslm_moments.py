@@ -1,7 +1,7 @@
 """DeepScaleLM's signal-propagation figures at CPU scale: Pre-LN and Post-LN, standard init vs DSLM,
 measured per sublayer at init and overlaid with `sigprop.models.predict`.
 
-Claims checked (DeepScaleLM §3, notes/dslm-formulas.md §1.9): standard Pre-LN forward variance grows
+Claims checked (Kedia et al., ICML 2024, §3): standard Pre-LN forward variance grows
 linearly with depth; standard Post-LN gradients grow geometrically toward the output; with DSLM the
 forward variance and the stream-gradient variance (relative to the output) stay near 1.
 
@@ -22,16 +22,17 @@ import torch
 
 from ..diagnostics import measure
 from ..diagnostics.plot import plot_records
-from ..models import ModelConfig, build_model
+from ..models import ModelConfig, build_model, predict
 from ..records import Record, to_rows
+from .outputs import progress
+from .report import Table
 
 CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "preln"),
            "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "postln")}
 VOCAB, HEADS, BATCH = 256, 4, 1
 
 
-def measure_seeds(cfg: ModelConfig, seeds: Iterable[int], batch: int = BATCH, progress: Any = None
-                  ) -> dict[str, np.ndarray]:
+def measure_seeds(cfg: ModelConfig, seeds: Iterable[int], batch: int = BATCH) -> dict[str, np.ndarray]:
     """Per-seed measured fwd_var, grad_var, token_corr, shape (seeds, sublayers): a fresh float64 model per
     seed (``torch.manual_seed(seed)``), uniform random token ids, the random-projection loss."""
     rows = []
@@ -39,8 +40,6 @@ def measure_seeds(cfg: ModelConfig, seeds: Iterable[int], batch: int = BATCH, pr
         torch.manual_seed(seed)
         ids = torch.randint(0, cfg.vocab_size, (batch, cfg.max_seq_len))
         rows.append(measure(build_model(cfg).double(), ids, seed=seed, attention_stats=False))
-        if progress is not None:
-            progress.update(1)
     return {f: np.array([[getattr(r, f) for r in rs] for rs in rows])
             for f in ("fwd_mean", "fwd_var", "grad_var", "token_corr")}
 
@@ -88,61 +87,75 @@ def _relative_grad(records: list[Record]) -> list[Record]:
     return [dataclasses.replace(r, grad_var=r.grad_var / records[-1].grad_var) for r in records]
 
 
-def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    """The results section: one row per configuration."""
-    lines = [f"Decoder, width {meta['width']}, depth {meta['depth']}, seq {meta['seq']}, {meta['seeds']} seeds × batch "
-             f"{BATCH}, uniform random tokens (vocab {VOCAB}), float64; gradient = stream-gradient variance at each "
-             "sublayer output relative to the model output. Ranges: measured (predicted).", "",
-             "| config | fwd var range | grad/output range | median err fwd / grad (MC s.e.) | Pre-LN fit slope, R² | "
-             "top-3 grad growth /layer | token corr at top |", "|---|---|---|---|---|---|---|"]
+def table(summary: dict[str, Any], meta: dict[str, Any]) -> Table:
+    """One row per configuration: ranges measured (predicted), median errors, the depth laws."""
+    rng = lambda d: (f"{d['measured_range'][0]:.3g}–{d['measured_range'][1]:.3g} "  # noqa: E731
+                     f"({d['predicted_range'][0]:.3g}–{d['predicted_range'][1]:.3g})")
+    rows = []
     for name, s in summary.items():
         f, g = s["fwd_var"], s["grad_var"]
-        rng = lambda d: (f"{d['measured_range'][0]:.3g}–{d['measured_range'][1]:.3g} "  # noqa: E731
-                         f"({d['predicted_range'][0]:.3g}–{d['predicted_range'][1]:.3g})")
-        lines.append(f"| {name} | {rng(f)} | {rng(g)} | {f['median_rel_error']:.1%} / {g['median_rel_error']:.1%} "
-                     f"({f['mc_rel_se'] or 0:.1%} / {g['mc_rel_se'] or 0:.1%}) | {s['fwd_linear_fit']['slope']:.3g}, "
-                     f"{s['fwd_linear_fit']['r2']:.3f} | {s['grad_growth_per_layer_top3']:.2f} | "
-                     f"{s['token_corr_last']['measured']:.3f} ({s['token_corr_last']['predicted']:.3f}) |")
-    return "\n".join(lines) + "\n"
+        rows.append([name, rng(f), rng(g), f"{f['median_rel_error']:.1%} / {g['median_rel_error']:.1%} "
+                     f"({f['mc_rel_se'] or 0:.1%} / {g['mc_rel_se'] or 0:.1%})",
+                     f"{s['fwd_linear_fit']['slope']:.3g}, {s['fwd_linear_fit']['r2']:.3f}",
+                     f"{s['grad_growth_per_layer_top3']:.2f}",
+                     f"{s['token_corr_last']['measured']:.3f} ({s['token_corr_last']['predicted']:.3f})"])
+    return Table(["config", "fwd var range", "grad/output range", "median err fwd / grad (MC s.e.)",
+                  "Pre-LN fit slope, R²", "top-3 grad growth /layer", "token corr at top"], rows,
+                 caption=f"Decoder, width {meta['width']}, depth {meta['depth']}, seq {meta['seq']}, {meta['seeds']} "
+                         f"seeds × batch {BATCH}, uniform random tokens (vocab {VOCAB}), float64; gradient = "
+                         "stream-gradient variance at each sublayer output relative to the model output. "
+                         "Ranges: measured (predicted).")
+
+
+def plot(curves: dict[str, tuple[list[Record], list[Record]]], meta: dict[str, Any], out: Path) -> list[Path]:
+    """One PNG per LayerNorm placement, measured and predicted curves of its configurations overlaid
+    (gradients relative to the output); returns the paths."""
+    paths = []
+    for placement in ("Pre-LN", "Post-LN"):
+        path = out / f"dslm_moments_{placement.lower().replace('-', '')}.png"
+        plot_records({f"{name.split()[1]} {kind}": _relative_grad(recs)
+                      for name, (meas, pred) in curves.items() if name.startswith(placement)
+                      for kind, recs in (("measured", meas), ("predicted", pred))},
+                     path, title=f"{placement}, depth {meta['depth']}, width {meta['width']}: gradient relative "
+                                 "to the output")
+        paths.append(path)
+    return paths
+
+
+def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progress: bool = True
+                ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[list[Record], list[Record]]]]:
+    """Measure and predict every configuration of `CONFIGS`: (summary per configuration, records as rows,
+    curves as (measured seed-mean, predicted) Records)."""
+    from ..theory import moments
+    summary, records, curves = {}, {}, {}
+    for name, (scheme, norm) in CONFIGS.items():
+        cfg = ModelConfig(scheme=scheme, norm=norm, d_model=width, n_heads=HEADS, n_layers=depth, max_seq_len=seq,
+                          vocab_size=VOCAB)
+        pred = predict(cfg, token_collision=1 / VOCAB)
+        samples = measure_seeds(cfg, progress(seeds, f"dslm-moments: {name}", total=len(seeds), enabled=show_progress))
+        meas = mean_records(pred, samples)
+        summary[name] = summarize(pred, samples)
+        records[name] = {"measured": to_rows(meas), "predicted": to_rows(pred)}
+        curves[name] = (meas, pred)
+    return summary, records, curves
 
 
 def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, seeds: Iterable[int] = range(32),
-        quick: bool = False) -> dict[str, Any]:
-    """Measure and predict the four configurations; write results.json, forward/backward PNGs and section.md.
+        quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """`measure_all` → `table` + `plot`; write results.json, forward/backward PNGs and section.md.
 
-    ``quick``: depth 4, width 32, seq 8, two seeds (a smoke run). Returns the summary per configuration.
+    ``quick``: depth 4, width 32, seq 8, two seeds (a smoke run). Returns {"meta", "summary"}.
     """
-    from ..models.predict import predict
     if quick:
         depth, width, seq, seeds = 4, 32, 8, range(2)
     seeds = list(seeds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        from tqdm import tqdm
-        progress = tqdm(total=len(CONFIGS) * len(seeds), desc="dslm-moments", unit="model")
-    except ImportError:                                   # progress display is optional
-        progress = None
-    start, curves, summary, records = time.time(), {}, {}, {}
-    for name, (scheme, norm) in CONFIGS.items():
-        cfg = ModelConfig(scheme=scheme, norm=norm, d_model=width, n_heads=HEADS, n_layers=depth, max_seq_len=seq,
-                          vocab_size=VOCAB)
-        pred = predict(cfg, token_collision=1 / VOCAB)
-        samples = measure_seeds(cfg, seeds, progress=progress)
-        meas = mean_records(pred, samples)
-        summary[name] = summarize(pred, samples)
-        records[name] = {"measured": to_rows(meas), "predicted": to_rows(pred)}
-        curves[name] = (meas, pred)
-    if progress is not None:
-        progress.close()
+    start = time.time()
+    summary, records, curves = measure_all(depth, width, seq, seeds, show_progress)
     meta = {"depth": depth, "width": width, "seq": seq, "seeds": len(seeds), "batch": BATCH, "vocab": VOCAB,
             "arch": "decoder", "wall_s": round(time.time() - start, 1)}
-    for placement in ("Pre-LN", "Post-LN"):
-        plot_records({f"{name.split()[1]} {kind}": _relative_grad(recs)
-                      for name, (meas, pred) in curves.items() if name.startswith(placement)
-                      for kind, recs in (("measured", meas), ("predicted", pred))},
-                     out / f"dslm_moments_{placement.lower().replace('-', '')}.png",
-                     title=f"{placement}, depth {depth}, width {width}: gradient relative to the output")
+    plot(curves, meta, out)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "records": records}, indent=1))
-    (out / "section.md").write_text(markdown(summary, meta))
+    (out / "section.md").write_text(table(summary, meta).markdown())
     return {"meta": meta, "summary": summary}

@@ -42,6 +42,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .outputs import progress, write_outputs  # noqa: E402
+from .report import Table  # noqa: E402
 from .shaped_vs_preln import DATA, MODEL, OPTIM, shaped_model, warmup  # noqa: E402
 from .training import finished, mean_curve, seed_stats, train_run  # noqa: E402
 
@@ -102,37 +103,43 @@ def plot(data: dict[str, Any], limit: float) -> Any:
     return fig
 
 
+CLAIM = ("**Claim** (Shaped Transformer, App. D, Fig. 6): \"for the large learning rate regime … the entropy "
+         "collapses for the baseline model, but not for the proposed shaped Transformer\", including the "
+         "Recover variant, which ends as a softmax Transformer without LayerNorm. Judged on the paper's training "
+         "parametrization (τ = √n_k, W_Q, W_K ~ N(0, n^-3/2)); the rows marked τ=√(n·n_k) are the same models "
+         "with the whole temperature in the logit scale (identical at init), reported beside.")
+
+
+def table(summary: dict[str, Any]) -> Table:
+    """One row per model: final minimum and mean attention entropy, collapsed seeds, final loss, diverged."""
+    ms = lambda d, f: f"{d['mean']:{f}} ± {d['std']:{f}}"  # noqa: E731
+    return Table(["model", "final min entropy", "final mean entropy", "collapsed seeds", "final val loss", "diverged"],
+                 [[k, ms(v["final_min_entropy"], ".2f"), ms(v["final_mean_entropy"], ".2f"),
+                   f"{v['collapsed_seeds']}/{len(summary['seeds'])}", ms(v["final_val_loss"], ".3f"), v["diverged"]]
+                  for k, v in summary["models"].items()])
+
+
 def markdown(summary: dict[str, Any]) -> str:
-    """The results section."""
+    """The results section: claim, setup (from ``summary["setup"]``), `table`, verdict."""
     s, cfg = summary, summary["setup"]
-    rows = "".join(f"| {k} | {v['final_min_entropy']['mean']:.2f} ± {v['final_min_entropy']['std']:.2f} | "
-                   f"{v['final_mean_entropy']['mean']:.2f} ± {v['final_mean_entropy']['std']:.2f} | "
-                   f"{v['collapsed_seeds']}/{len(s['seeds'])} | {v['final_val_loss']['mean']:.3f} ± "
-                   f"{v['final_val_loss']['std']:.3f} | {v['diverged']} |\n" for k, v in s["models"].items())
     return (
-        f"## {NAME} — Pre-LN attention entropy collapses at a large lr, shaped does not\n\n"
-        "**Claim** (Shaped Transformer, App. D, Fig. 6): \"for the large learning rate regime … the entropy "
-        "collapses for the baseline model, but not for the proposed shaped Transformer\", including the "
-        "Recover variant, which ends as a softmax Transformer without LayerNorm. Judged on the paper's training "
-        "parametrization (τ = √n_k, W_Q, W_K ~ N(0, n^-3/2)); the rows marked τ=√(n·n_k) are the same models "
-        "with the whole temperature in the logit scale (identical at init), reported beside.\n\n"
+        f"## {NAME} — Pre-LN attention entropy collapses at a large lr, shaped does not\n\n{CLAIM}\n\n"
         f"**Setup.** Masked LM on the `pydoc` corpus (vocab {cfg['vocab_size']}, seq {cfg['seq_len']}); encoder, "
         f"{cfg['n_layers']} layers, width {cfg['d_model']}, {cfg['n_heads']} heads; {cfg['steps']} steps, batch "
         f"{cfg['batch_size']}, AdamW (no weight decay) at lr {cfg['lr']:g} for every model, warmup "
         f"{cfg['warmup']} steps (= Recover length); shaped γ = {GAMMA}, τ₀ = 1. Attention entropy every "
         f"{cfg['diag_every']} steps on a fixed validation batch; collapse = final minimum-over-layers entropy "
         f"< {COLLAPSE_FRACTION:g}·log T = {s['threshold']:.2f} nats. Seeds {s['seeds']}.\n\n"
-        "| model | final min entropy | final mean entropy | collapsed seeds | final val loss | diverged |\n"
-        f"|---|---|---|---|---|---|\n{rows}\n"
+        f"{table(s).markdown()}\n"
         f"**Verdict: {s['verdict']}.** {s['verdict_reason']}\n")
 
 
-def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), lr: float = LARGE_LR,
-        steps: int | None = None, batch_size: int | None = None, n_layers: int | None = None,
-        d_model: int | None = None, progress_bar: bool = True) -> dict[str, Any]:
-    """Train each model at ``lr`` for every seed with attention diagnostics; write
-    ``entropy-collapse.{json,png,md}``; return the summary. ``quick``: 12 steps, 2 layers, width 32,
-    batch 8, seed 0 only; explicit sizes override either size."""
+def measure(quick: bool = False, seeds: Sequence[int] = (0, 1, 2), lr: float = LARGE_LR,
+            steps: int | None = None, batch_size: int | None = None, n_layers: int | None = None,
+            d_model: int | None = None, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train each model at ``lr`` for every seed with attention diagnostics; return (data: entropy and loss
+    curves per model, summary: per-model statistics, the verdict and the setup). ``quick``: 12 steps,
+    2 layers, width 32, batch 8, seed 0 only; explicit sizes override either size."""
     start = time.time()
     size = dict(QUICK if quick else FULL)
     size.update({k: v for k, v in {"steps": steps, "batch_size": batch_size, "n_layers": n_layers,
@@ -144,7 +151,7 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in MODELS}
     jobs = [(label, seed) for seed in seeds for label in MODELS]
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, seed) in enumerate(progress(jobs, desc=NAME, enabled=progress_bar)):
+        for i, (label, seed) in enumerate(progress(jobs, desc=NAME, enabled=show_progress)):
             extra = {"recover_steps": warmup(n)} if MODELS[label].get("shaping") == "recover" else {}
             results[label].append(train_run(Path(tmp) / f"run{i:03d}", {**model, **MODELS[label]}, data=DATA,
                                             optim={**OPTIM, "lr": lr, "warmup_steps": warmup(n)},
@@ -169,4 +176,13 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 
                     "train_curve": mean_curve(finished(rs, "train_curve")),
                     "diag_per_seed": [r["diag"] for r in rs], "errors": [r["error"] for r in rs]}
             for label, rs in results.items()}
-    return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, limit))
+    return data, summary
+
+
+def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), lr: float = LARGE_LR,
+        steps: int | None = None, batch_size: int | None = None, n_layers: int | None = None,
+        d_model: int | None = None, show_progress: bool = True) -> dict[str, Any]:
+    """`measure` → `markdown` (with `table`) + `plot`, written as ``entropy-collapse.{json,md,png}``; returns the
+    summary. Arguments as for `measure`."""
+    data, summary = measure(quick, seeds, lr, steps, batch_size, n_layers, d_model, show_progress)
+    return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary["threshold"]))

@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .report import Table  # noqa: E402
+
 T = TypeVar("T")
 
 
@@ -35,3 +37,8 @@ def progress(items: Iterable[T], desc: str, total: int | None = None, enabled: b
         except ImportError:
             enabled = False
     yield from (tqdm(items, desc=desc, total=total, dynamic_ncols=True) if enabled else items)
+
+
+def section(heading: str, table: Table, notes: str = "") -> str:
+    """A runner's Markdown section: ``### heading``, the table (caption above it), optional notes below."""
+    return f"### {heading}\n\n{table.markdown()}" + (f"\n{notes}\n" if notes else "")

@@ -5,12 +5,16 @@
   and the density of the final correlation, finite shaped network vs SDE (KS statistic).
 * fig2: per-layer gradient norm ‖∂ℓ/∂X_l‖² vs depth (`ensemble.gradient_norms`, explicit weights).
 * fig4: ablations of shaped attention (no centering, no identity, standard temperature) at two widths:
-  collapse, freeze-and-vanish, explosion of the covariance (statistics in `fig4`'s docstring).
+  collapse, freeze-and-vanish, explosion of the covariance (statistics in `measure_fig4`'s docstring).
 * fig5: blow-up vs gamma for V0 = s·[[1, ρ0], [ρ0, 1]]: SDE stopped/exploded fraction and median
   stopping time, beside the fraction of finite networks (depth = width) that cross the same norm.
 
     from sigprop.experiments import shaped_figs
     summary = shaped_figs.run("runs/shaped_figs")      # one subfolder per figure: JSON + PNG + Markdown
+
+Each figure is measure → table → plot: ``measure_figN`` returns (data, summary), ``table_figN(summary)`` the
+table and ``plot_figN(data, summary)`` the figure; ``figN`` writes them. What the figures show and how they
+compare with the paper: docs/RESULTS_shaped_figs.md.
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ from scipy import stats  # noqa: E402
 
 from ..simulate import ensemble  # noqa: E402
 from ..theory import sde  # noqa: E402
-from .outputs import progress, write_outputs  # noqa: E402
+from .outputs import progress, section, write_outputs  # noqa: E402
+from .report import Table  # noqa: E402
 
 RHO0 = 0.2
 GAMMA, TAU0 = 0.3, 1.0
@@ -56,31 +61,50 @@ def _plot_band(ax: Any, x: np.ndarray, b: dict[str, list[float]], label: str, **
     ax.fill_between(x, b["q05"], b["q95"], color=line.get_color(), alpha=0.2)
 
 
-def fig1(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
-    """Correlation over depth, width = depth (t = depth/width = 1), softmax / preln / shaped + SDE."""
+def measure_fig1(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Correlation over depth, width = depth (t = depth/width = 1), softmax / preln / shaped + SDE:
+    (data: mean and 5–95 % band per block and for the SDE, summary: final statistics and KS test)."""
     start = time.time()
     n, samples, paths, steps = (16, 64, 200, 64) if quick else (128, 1000, 2000, 256)
     blocks = {"softmax": {}, "preln": {}, "shaped": SHAPED_KW}
     rho = {b: correlation(ensemble.simulate(b, _V0(), n, n, samples, seed=1, method="gaussian", **kw))
-           for b, kw in progress(blocks.items(), "fig1: finite networks", total=len(blocks))}
+           for b, kw in progress(blocks.items(), "fig1: finite networks", total=len(blocks), enabled=show_progress)}
     P = sde.simulate("transformer", _V0(), t=1.0, steps=steps, paths=paths, seed=2, **SHAPED_KW)
     live = ~P.stopped.numpy()
     rho_sde = correlation(P.V)[live]
     data = {b: _band(r) for b, r in rho.items()}
     data["sde"] = {**_band(rho_sde), "times": P.times.tolist()}
     fin_shaped, fin_sde = rho["shaped"][:, -1], rho_sde[:, -1]
+    data["final"] = {"shaped": fin_shaped.tolist(), "sde": fin_sde.tolist()}
     ks = stats.ks_2samp(fin_shaped, fin_sde)
     summary = {"width": n, "depth": n, "samples": samples, "sde_paths": paths, "sde_steps": steps,
                "gamma": GAMMA, "tau0": TAU0, "rho0": RHO0,
                "final_mean_corr": {**{b: float(r[:, -1].mean()) for b, r in rho.items()},
                                    "sde": float(fin_sde.mean())},
-               "final_std_corr": {"shaped": float(fin_shaped.std()), "sde": float(fin_sde.std())},
+               "final_std_corr": {**{b: float(r[:, -1].std()) for b, r in rho.items()}, "sde": float(fin_sde.std())},
                "sde_stopped_fraction": float(P.stopped.float().mean()),
                "ks_shaped_vs_sde": {"statistic": float(ks.statistic), "pvalue": float(ks.pvalue)},
                "wall_s": round(time.time() - start, 2)}
+    return data, summary
+
+
+def table_fig1(summary: dict[str, Any]) -> Table:
+    """Final mean and spread of ρ per block, and the KS distance of the shaped networks to the SDE."""
+    fc, sd, ks = summary["final_mean_corr"], summary["final_std_corr"], summary["ks_shaped_vs_sde"]
+    return Table(["block", "final mean ρ", "final std ρ"], [[b, f"{v:.4f}", f"{sd[b]:.4f}"] for b, v in fc.items()],
+                 caption=f"Correlation at t = 1 (n = d = {summary['width']}, {summary['samples']} nets, "
+                         f"γ = {summary['gamma']}, τ0 = {summary['tau0']}, ρ0 = {summary['rho0']}); "
+                         f"KS(shaped finite vs SDE) = {ks['statistic']:.3f} (p = {ks['pvalue']:.2g}); "
+                         f"SDE stopped fraction {summary['sde_stopped_fraction']:.3f}.")
+
+
+def plot_fig1(data: dict[str, Any], summary: dict[str, Any]) -> Any:
+    """Left: ρ over t = layer/width, band per block and the SDE (dashed); right: density of the final ρ."""
+    n = summary["width"]
+    fin_shaped, fin_sde = np.asarray(data["final"]["shaped"]), np.asarray(data["final"]["sde"])
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     x = np.arange(n + 1) / n
-    for blk in blocks:
+    for blk in ("softmax", "preln", "shaped"):
         _plot_band(a, x, data[blk], blk)
     _plot_band(a, np.asarray(data["sde"]["times"]), data["sde"], "shaped SDE", ls="--", color="k")
     a.set(xlabel="layer / width  (t)", ylabel="ρ¹²", title=f"correlation, n = d = {n}")
@@ -88,44 +112,67 @@ def fig1(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
     bins = np.linspace(min(fin_shaped.min(), fin_sde.min()), max(fin_shaped.max(), fin_sde.max()), 30)
     b.hist(fin_shaped, bins=bins, density=True, alpha=0.5, label="shaped (finite)")
     b.hist(fin_sde, bins=bins, density=True, histtype="step", color="k", label="SDE")
-    b.set(xlabel="final ρ¹²", ylabel="density", title=f"KS = {ks.statistic:.3f}")
+    b.set(xlabel="final ρ¹²", ylabel="density", title=f"KS = {summary['ks_shaped_vs_sde']['statistic']:.3f}")
     b.legend()
-    fc = summary["final_mean_corr"]
-    md = (f"### Fig. 1 — correlation over depth (n = d = {n}, {samples} nets, γ = {GAMMA}, τ0 = {TAU0})\n\n"
-          "| block | final mean ρ |\n|---|---|\n" + "".join(f"| {k} | {v:.4f} |\n" for k, v in fc.items())
-          + f"\nKS(shaped finite vs SDE, final ρ) = {ks.statistic:.3f} (p = {ks.pvalue:.2g}); "
-          f"SDE stopped fraction {summary['sde_stopped_fraction']:.3f}. Softmax without LN collapses "
-          "(ρ → 1); shaped attention keeps a non-degenerate correlation distribution.\n")
-    return write_outputs(out_dir, "fig1", data, summary, md, fig)
+    return fig
 
 
-def fig2(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
-    """Per-layer gradient norm ‖∂ℓ/∂X_l‖_F² (mean, 5–95 %) vs layer, explicit-weight networks."""
+def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """`measure_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
+    data, summary = measure_fig1(quick, show_progress)
+    return write_outputs(out_dir, "fig1", data, summary, section("Fig. 1 — correlation over depth", table_fig1(summary)),
+                         plot_fig1(data, summary))
+
+
+FIG2_BLOCKS = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
+
+
+def measure_fig2(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-layer gradient norm ‖∂ℓ/∂X_l‖_F² (mean, 5–95 % band of log10) vs layer, explicit-weight networks."""
     start = time.time()
     n, samples = (12, 8) if quick else (64, 32)
-    blocks = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
-    g = {b: ensemble.gradient_norms(b, _V0(), n, n, samples, seed=3, **kw).numpy() for b, kw in blocks.items()}
+    g = {b: ensemble.gradient_norms(b, _V0(), n, n, samples, seed=3, **kw).numpy()
+         for b, kw in progress(FIG2_BLOCKS.items(), "fig2", total=len(FIG2_BLOCKS), enabled=show_progress)}
     data = {b: _band(np.log10(v)) for b, v in g.items()}
     summary = {"width": n, "depth": n, "samples": samples,
                "grad_norm_first_layer": {b: float(v[:, 0].mean()) for b, v in g.items()},
                "grad_norm_last_layer": {b: float(v[:, -1].mean()) for b, v in g.items()},
                "ratio_first_over_last": {b: float(v[:, 0].mean() / v[:, -1].mean()) for b, v in g.items()},
                "wall_s": round(time.time() - start, 2)}
+    return data, summary
+
+
+def table_fig2(summary: dict[str, Any]) -> Table:
+    """Mean gradient norm at the first and last layer per block, and their ratio."""
+    first, last, ratio = (summary[k] for k in ("grad_norm_first_layer", "grad_norm_last_layer",
+                                                "ratio_first_over_last"))
+    return Table(["block", "first layer", "last layer", "first/last"],
+                 [[b, f"{first[b]:.3g}", f"{last[b]:.3g}", f"{ratio[b]:.3g}"] for b in first],
+                 caption=f"Per-layer gradient norm ‖∂ℓ/∂X_l‖² (n = d = {summary['width']}, "
+                         f"{summary['samples']} nets).")
+
+
+def plot_fig2(data: dict[str, Any], summary: dict[str, Any]) -> Any:
+    """log10 gradient norm (mean, 5–95 % band) against the layer, one band per block."""
+    n = summary["width"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for b in blocks:
+    for b in FIG2_BLOCKS:
         _plot_band(ax, np.arange(n), data[b], b)
     ax.set(xlabel="layer l", ylabel="log10 ‖∂ℓ/∂X_l‖²", title=f"gradient norms, n = d = {n}")
     ax.legend()
-    md = (f"### Fig. 2 — per-layer gradient norm (n = d = {n}, {samples} nets)\n\n"
-          "| block | first layer | last layer | first/last |\n|---|---|---|---|\n"
-          + "".join(f"| {b} | {summary['grad_norm_first_layer'][b]:.3g} | {summary['grad_norm_last_layer'][b]:.3g}"
-                    f" | {summary['ratio_first_over_last'][b]:.3g} |\n" for b in blocks))
-    return write_outputs(out_dir, "fig2", data, summary, md, fig)
+    return fig
+
+
+def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """`measure_fig2` → `table_fig2` + `plot_fig2`, written as fig2.{json,md,png}; returns the summary."""
+    data, summary = measure_fig2(quick, show_progress)
+    return write_outputs(out_dir, "fig2", data, summary, section("Fig. 2 — per-layer gradient norm",
+                                                                 table_fig2(summary)), plot_fig2(data, summary))
 
 
 ABLATIONS = ("no_centering", "no_identity", "standard_temperature")
 FIG4_VARIANTS = ("shaped", "attention") + ABLATIONS
-# Leading-order per-layer change of log(tr V/m) (derivations in fig4's docstring); O(1), not O(1/n).
+# Leading-order per-layer change of log(tr V/m) (derivations in measure_fig4's docstring); O(1), not O(1/n).
 LOG_TRACE_RATE = {"no_centering": math.log(1 + 3 * GAMMA**2), "no_identity": math.log(1 - GAMMA**2)}
 
 
@@ -152,7 +199,7 @@ def final_stats(rho: np.ndarray, log_tr: np.ndarray) -> dict[str, float]:
             "log_trace_rate": float((log_tr[:, -1].mean() - log_tr[:, d // 2].mean()) / (d - d // 2))}
 
 
-def fig4(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
+def measure_fig4(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ablations of shaped attention (attention-only blocks; "shaped" adds the MLP) at depth = width n
     for two widths: each ablation leaves the O(1/n)-per-layer regime of the SDE, so its law at t = 1
     has no non-degenerate n → ∞ limit.
@@ -169,7 +216,8 @@ def fig4(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
     """
     start = time.time()
     widths, samples = ((16, 32), 100) if quick else ((32, 128), 1000)
-    runs = {n: {v: ablation(v, n, samples) for v in FIG4_VARIANTS} for n in widths}
+    runs = {n: {v: ablation(v, n, samples) for v in FIG4_VARIANTS}
+            for n in progress(widths, "fig4", total=len(widths), enabled=show_progress)}
     n = widths[-1]
     stats = {str(w): {v: final_stats(*r) for v, r in runs[w].items()} for w in widths}
     top = stats[str(n)]
@@ -180,43 +228,47 @@ def fig4(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
                "final_std_corr": {v: top[v]["std_corr"] for v in FIG4_VARIANTS},
                "widths": list(widths), "by_width": stats, "predicted_log_trace_rate": LOG_TRACE_RATE,
                "wall_s": round(time.time() - start, 2)}
+    return data, summary
+
+
+def table_fig4(summary: dict[str, Any]) -> Table:
+    """Per variant and width: final mean and spread of ρ, n·std ρ, final mean log(tr V/m) and its per-layer
+    rate (the leading-order prediction in brackets where `measure_fig4` derives one)."""
+    rows = []
+    for v in FIG4_VARIANTS:
+        for w in summary["widths"]:
+            st = summary["by_width"][str(w)][v]
+            rate = f"{st['log_trace_rate']:.4f}" + (f" ({LOG_TRACE_RATE[v]:.4f})" if v in LOG_TRACE_RATE else "")
+            rows.append([v, w, f"{st['mean_corr']:.4f}", f"{st['std_corr']:.4f}", f"{w * st['std_corr']:.3f}",
+                         f"{st['mean_log_trace']:.3f}", rate])
+    return Table(["variant", "n", "mean ρ", "std ρ", "n·std ρ", "mean log(tr V/m)",
+                  "per-layer rate of log(tr V/m) (predicted)"], rows,
+                 caption=f"Ablations at depth = width n ∈ {{{', '.join(map(str, summary['widths']))}}}, "
+                         f"{summary['samples']} nets each, γ = {summary['gamma']}, τ0 = {summary['tau0']}, "
+                         f"ρ0 = {summary['rho0']}.")
+
+
+def plot_fig4(data: dict[str, Any], summary: dict[str, Any]) -> Any:
+    """Left: ρ over t per variant at the largest width; right: mean log(tr V/m) over t at every width."""
+    n, widths = summary["width"], summary["widths"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for v in FIG4_VARIANTS:
         _plot_band(a, np.arange(n + 1) / n, data["corr"][v], v)
         for w, ls in zip(widths, (":", "-")):
             b.plot(np.arange(w + 1) / w, data["mean_log_trace"][str(w)][v], ls=ls, color=a.lines[-1].get_color(),
                    label=f"{v}, n = {w}")
-    a.set(xlabel="layer / width  (t)", ylabel="ρ¹²", title=f"ablations, n = d = {n}, γ = {GAMMA}")
+    a.set(xlabel="layer / width  (t)", ylabel="ρ¹²", title=f"ablations, n = d = {n}, γ = {summary['gamma']}")
     a.legend(fontsize=8)
     b.set(xlabel="layer / width  (t)", ylabel="mean log(tr V / m)", title="covariance scale, n = d")
     b.legend(fontsize=7, ncol=2)
-    lo, hi = (stats[str(w)] for w in widths)
-    md = (f"### Fig. 4 — ablations (depth = width n ∈ {{{widths[0]}, {n}}}, {samples} nets each, γ = {GAMMA}, "
-          f"τ0 = {TAU0}, ρ0 = {RHO0})\n\n"
-          "| variant | n | mean ρ | std ρ | n·std ρ | mean log(tr V/m) | per-layer rate of log(tr V/m) "
-          "(predicted) |\n|---|---|---|---|---|---|---|\n"
-          + "".join(f"| {v} | {w} | {st[v]['mean_corr']:.4f} | {st[v]['std_corr']:.4f} | "
-                    f"{w * st[v]['std_corr']:.3f} | {st[v]['mean_log_trace']:.3f} | {st[v]['log_trace_rate']:.4f}"
-                    + (f" ({LOG_TRACE_RATE[v]:.4f})" if v in LOG_TRACE_RATE else "") + " |\n"
-                    for v in FIG4_VARIANTS for w, st in ((w, stats[str(w)]) for w in widths))
-          + "\nPredicted (docstring): shaped attention, with or without the MLP, has an n-independent law at t = 1 "
-            "(the SDE); each ablation leaves the O(1/n)-per-layer regime and degenerates as n = d grows. Measured:\n\n"
-          f"* **no centering → collapse** (mean token × (1 + 3γ²) per layer): log-trace rate "
-          f"{hi['no_centering']['log_trace_rate']:.3f} (predicted {LOG_TRACE_RATE['no_centering']:.3f}); "
-          f"1 − mean ρ = {1 - lo['no_centering']['mean_corr']:.1e} (n = {widths[0]}), "
-          f"{1 - hi['no_centering']['mean_corr']:.1e} (n = {n}).\n"
-          f"* **no identity → frozen, vanishing** (V_d ≈ (1 − γ²)^d V0, std ρ ∝ 1/n): log-trace rate "
-          f"{hi['no_identity']['log_trace_rate']:.4f} (predicted {LOG_TRACE_RATE['no_identity']:.4f}); mean ρ "
-          f"{hi['no_identity']['mean_corr']:.4f} (ρ0 = {RHO0}); n·std ρ = "
-          f"{widths[0] * lo['no_identity']['std_corr']:.2f} (n = {widths[0]}), "
-          f"{n * hi['no_identity']['std_corr']:.2f} (n = {n}).\n"
-          f"* **standard temperature → explosion** (O(1) change per layer): mean log(tr V/m) at t = 1 "
-          f"{lo['standard_temperature']['mean_log_trace']:.2f} (n = {widths[0]}) → "
-          f"{hi['standard_temperature']['mean_log_trace']:.2f} (n = {n}), shaped attention "
-          f"{lo['attention']['mean_log_trace']:.2f} → {hi['attention']['mean_log_trace']:.2f}; mean ρ "
-          f"{lo['standard_temperature']['mean_corr']:.3f} → {hi['standard_temperature']['mean_corr']:.3f} "
-          f"(shaped attention {lo['attention']['mean_corr']:.3f} → {hi['attention']['mean_corr']:.3f}).\n")
-    return write_outputs(out_dir, "fig4", data, summary, md, fig)
+    return fig
+
+
+def fig4(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """`measure_fig4` → `table_fig4` + `plot_fig4`, written as fig4.{json,md,png}; returns the summary."""
+    data, summary = measure_fig4(quick, show_progress)
+    return write_outputs(out_dir, "fig4", data, summary, section("Fig. 4 — ablations of shaped attention",
+                                                                 table_fig4(summary)), plot_fig4(data, summary))
 
 
 GAMMAS = (0.2, 0.4, 0.6, 0.8)
@@ -235,7 +287,8 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6) -> dict[str, Any]:
+def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blow-up vs gamma and initial scale s, V0 = s·[[1, ρ0], [ρ0, 1]]: the SDE ("transformer", t = 1) and
     finite "shaped" networks at depth = width (t = 1), same γ, τ0 and threshold.
 
@@ -246,7 +299,7 @@ def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6) -> dict[
     start = time.time()
     paths, steps, widths, samples = (200, 50, (16,), 50) if quick else (1000, 400, (64, 128), 500)
     rows = []
-    for s, gm in progress([(s, g) for s in SCALES for g in GAMMAS], "fig5", enabled=not quick):
+    for s, gm in progress([(s, g) for s in SCALES for g in GAMMAS], "fig5", enabled=show_progress):
         P = sde.simulate("transformer", _V0(s), t=1.0, steps=steps, paths=paths, seed=5, gamma=gm, tau0=TAU0,
                          blowup=blowup)
         row = {"s": s, "gamma": gm, "stopped_fraction": float(P.stopped.float().mean()),
@@ -262,6 +315,27 @@ def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6) -> dict[
     summary = {"paths": paths, "steps": steps, "t": 1.0, "blowup": blowup, "tau0": TAU0, "rho0": RHO0,
                "network_widths": list(widths), "network_samples": samples, "rows": rows,
                "wall_s": round(time.time() - start, 2)}
+    return {"rows": rows}, summary
+
+
+def table_fig5(summary: dict[str, Any]) -> Table:
+    """Per (s, γ): SDE stopped and exploded fractions and median stop time, the fraction of networks blown up
+    per width and their median blow-up time at the largest width ("—": nothing blew up)."""
+    widths = summary["network_widths"]
+    t = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+    rows = [[f"{x['s']:g}", x["gamma"], f"{x['stopped_fraction']:.3f}", f"{x['exploded_fraction']:.3f}",
+             t(x["median_stop_time"]), *(f"{x['network_blown_fraction'][str(n)]:.3f}" for n in widths),
+             t(x["network_median_blowup_time"][str(widths[-1])])] for x in summary["rows"]]
+    return Table(["s", "γ", "SDE stopped", "SDE ‖V‖ ≥ blow-up", "SDE median stop t",
+                  *(f"nets n = {n}" for n in widths), f"nets median t (n = {widths[-1]})"], rows,
+                 caption=f"Blow-up (‖V‖_F ≥ {summary['blowup']:g} or an overflow by t = 1): SDE "
+                         f"({summary['paths']} paths, {summary['steps']} steps) vs shaped networks at depth = width "
+                         f"({summary['network_samples']} nets each).")
+
+
+def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
+    """Left: fraction blown up by t = 1 against γ; right: median blow-up time; SDE and networks, per scale s."""
+    rows, widths, blowup = data["rows"], summary["network_widths"], summary["blowup"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     nan = lambda x: math.nan if x is None else x  # noqa: E731
     for s in SCALES:
@@ -279,26 +353,19 @@ def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6) -> dict[
     b.set(xlabel="γ", ylabel="median blow-up time (blown paths)", yscale="log", title="median blow-up time")
     a.legend(fontsize=7)
     b.legend(fontsize=7)
-    head = " | ".join(f"nets n = {n}" for n in widths)
-    md = (f"### Fig. 5 — blow-up: SDE ({paths} paths, {steps} steps, t = 1) vs networks (depth = width, "
-          f"{samples} nets each)\n\n"
-          f"| s | γ | SDE stopped | SDE ‖V‖ ≥ blow-up | SDE median stop t | {head} | "
-          f"nets median t (n = {widths[-1]}) |\n"
-          f"|{'---|' * (5 + len(widths) + 1)}\n" + "".join(
-              f"| {x['s']:g} | {x['gamma']} | {x['stopped_fraction']:.3f} | {x['exploded_fraction']:.3f} | "
-              f"{'—' if x['median_stop_time'] is None else format(x['median_stop_time'], '.3f')} | "
-              + " | ".join(f"{x['network_blown_fraction'][str(n)]:.3f}" for n in widths) + " | "
-              + ("—" if (t := x["network_median_blowup_time"][str(widths[-1])]) is None else f"{t:.3f}") + " |\n"
-              for x in rows)
-          + f"\nBlow-up: ‖V‖_F ≥ {blowup:g} (or an overflow) at some t ≤ 1. \"SDE stopped\" also counts Euler "
-            "proposals that lost PSD, the fixed step failing for the cubic drift, not the SDE's own blow-up. "
-            "Networks are the exact Gram sampler of the shaped block (attention + shaped-ReLU MLP) with the "
-            "same γ, τ0 and V0.\n")
-    return write_outputs(out_dir, "fig5", {"rows": rows}, summary, md, fig)
+    return fig
 
 
-def run(out_dir: str | Path, quick: bool = False) -> dict[str, Any]:
+def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6, show_progress: bool = True
+         ) -> dict[str, Any]:
+    """`measure_fig5` → `table_fig5` + `plot_fig5`, written as fig5.{json,md,png}; returns the summary."""
+    data, summary = measure_fig5(quick, blowup, show_progress)
+    return write_outputs(out_dir, "fig5", data, summary, section("Fig. 5 — blow-up: SDE vs networks",
+                                                                 table_fig5(summary)), plot_fig5(data, summary))
+
+
+def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """All four figures into out_dir/fig{1,2,4,5}; returns {name: summary}."""
     out = Path(out_dir)
-    return {name: f(out / name, quick=quick)
+    return {name: f(out / name, quick=quick, show_progress=show_progress)
             for name, f in (("fig1", fig1), ("fig2", fig2), ("fig4", fig4), ("fig5", fig5))}

@@ -48,6 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .outputs import progress, write_outputs  # noqa: E402
+from .report import Table  # noqa: E402
 from .training import finished, mean_curve, seed_stats, train_run, unigram_loss  # noqa: E402
 
 NAME = "shaped-vs-preln"
@@ -132,16 +133,23 @@ def plot(data: dict[str, Any], best_preln: str, unigram: float) -> Any:
     return fig
 
 
+CLAIM = ("**Claim** (Shaped Transformer, App. D, Table 1): the shaped Transformer without LayerNorm, in both "
+         "training variants (Recover, Learn) and for γ ∈ {0.05, 0.1, 0.2}, reaches train/test losses "
+         "comparable to a Pre-LN Transformer whose learning rate is tuned on {1e-4, 5e-4, 1e-3, 5e-3}.")
+
+
+def table(summary: dict[str, Any]) -> Table:
+    """One row per configuration: lr, final and best validation loss over seeds, diverged seeds."""
+    return Table(["config", "lr", "final val loss (mean ± std)", "best val loss", "diverged seeds"],
+                 [[k, f"{v['lr']:g}", f"{v['final_val_loss']['mean']:.3f} ± {v['final_val_loss']['std']:.3f}",
+                   f"{v['best_val_loss']['mean']:.3f}", v["diverged"]] for k, v in summary["configs"].items()])
+
+
 def markdown(summary: dict[str, Any]) -> str:
-    """The results section."""
+    """The results section: claim, setup (from ``summary["setup"]``), `table`, verdict."""
     s, cfg = summary, summary["setup"]
-    rows = "".join(f"| {k} | {v['lr']:g} | {v['final_val_loss']['mean']:.3f} ± {v['final_val_loss']['std']:.3f} | "
-                   f"{v['best_val_loss']['mean']:.3f} | {v['diverged']} |\n" for k, v in s["configs"].items())
     return (
-        f"## {NAME} — shaped Transformer without LayerNorm trains like tuned Pre-LN\n\n"
-        "**Claim** (Shaped Transformer, App. D, Table 1): the shaped Transformer without LayerNorm, in both "
-        "training variants (Recover, Learn) and for γ ∈ {0.05, 0.1, 0.2}, reaches train/test losses "
-        "comparable to a Pre-LN Transformer whose learning rate is tuned on {1e-4, 5e-4, 1e-3, 5e-3}.\n\n"
+        f"## {NAME} — shaped Transformer without LayerNorm trains like tuned Pre-LN\n\n{CLAIM}\n\n"
         f"**Setup.** Masked LM (15 % masking) on the `pydoc` corpus, BPE vocab {cfg['vocab_size']}, seq "
         f"{cfg['seq_len']}; encoder, {cfg['n_layers']} layers, width {cfg['d_model']}, MLP width "
         f"{FF_MULT * cfg['d_model']}, {cfg['n_heads']} heads "
@@ -153,16 +161,17 @@ def markdown(summary: dict[str, Any]) -> str:
         f"γ₁, γ₂, s₋ to 0 over {cfg['recover_steps']} steps. Seeds {s['seeds']}; validation loss on "
         f"{cfg['eval_examples']} held-out examples. Unigram level (context-free predictor): "
         f"{s['unigram_val_loss']:.3f} nats.\n\n"
-        "| config | lr | final val loss (mean ± std) | best val loss | diverged seeds |\n|---|---|---|---|---|\n"
-        f"{rows}\n"
+        f"{table(s).markdown()}\n"
         f"Best Pre-LN: {s['best_preln']}; best shaped: {s['best_shaped']}.\n\n"
         f"**Verdict: {s['verdict']}.** {s['verdict_reason']}\n")
 
 
-def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), steps: int | None = None,
-        batch_size: int | None = None, n_layers: int | None = None, d_model: int | None = None,
-        shaped_lr: float = SHAPED_LR, qk_scaling: str = "init", progress_bar: bool = True) -> dict[str, Any]:
-    """Train every configuration for every seed; write ``shaped-vs-preln.{json,png,md}``; return the summary.
+def measure(quick: bool = False, seeds: Sequence[int] = (0, 1, 2), steps: int | None = None,
+            batch_size: int | None = None, n_layers: int | None = None, d_model: int | None = None,
+            shaped_lr: float = SHAPED_LR, qk_scaling: str = "init", show_progress: bool = True
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train every configuration for every seed; return (data: curves and final losses per configuration,
+    summary: per-configuration statistics, the verdict and the setup).
 
     ``quick``: a smoke size (16 steps, 2 layers, width 32, batch 8, seed 0 only). Explicit sizes
     override the defaults of either size. ``qk_scaling``: the shaped models' parametrization ("init", the
@@ -184,7 +193,7 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in cfgs}
     unigram = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, seed) in enumerate(progress(jobs, desc=NAME, enabled=progress_bar)):
+        for i, (label, seed) in enumerate(progress(jobs, desc=NAME, enabled=show_progress)):
             overrides, lr, extra = cfgs[label]
             run_dir = Path(tmp) / f"run{i:03d}"
             results[label].append(train_run(run_dir, {**model, **overrides}, data=DATA,
@@ -217,5 +226,14 @@ def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 
                     "val_curve": mean_curve(finished(rs, "val_curve")),
                     "train_curve": mean_curve(finished(rs, "train_curve")), "errors": [r["error"] for r in rs]}
             for label, rs in results.items()}
-    fig = plot(data, best_preln or next(iter(cfgs)), summary["unigram_val_loss"])
+    return data, summary
+
+
+def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), steps: int | None = None,
+        batch_size: int | None = None, n_layers: int | None = None, d_model: int | None = None,
+        shaped_lr: float = SHAPED_LR, qk_scaling: str = "init", show_progress: bool = True) -> dict[str, Any]:
+    """`measure` → `markdown` (with `table`) + `plot`, written as ``shaped-vs-preln.{json,md,png}``; returns the
+    summary. Arguments as for `measure`."""
+    data, summary = measure(quick, seeds, steps, batch_size, n_layers, d_model, shaped_lr, qk_scaling, show_progress)
+    fig = plot(data, summary["best_preln"] or next(iter(data)), summary["unigram_val_loss"])
     return write_outputs(out_dir, NAME, data, summary, markdown(summary), fig)

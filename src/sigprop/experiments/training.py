@@ -2,7 +2,7 @@
 
     from sigprop.experiments.training import train_run
     r = train_run("runs/x/preln-s0", {"arch": "decoder", "scheme": "preln", "n_layers": 8},
-                  optim={"lr": 1e-3}, train={"steps": 200}, seed=0)
+                  optim={"lr": 1e-3}, train_cfg={"steps": 200}, seed=0)
     r["final_val_loss"], r["diverged"], r["val_curve"]
 
 A NaN/Inf loss is a result, not a crash: the run stops (the trainer refuses the step) and comes back
