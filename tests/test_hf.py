@@ -400,6 +400,11 @@ def test_unsupported_models_and_schemes_raise_clear_errors():
     with pytest.raises(ValueError, match="shaping='recover' needs its .* schedule"):
         hf.apply(gpt2(1), "shaped", shaping="recover")
     model = gpt2(1)
+    hf.apply(model, "shaped", shaping="learn")                    # γ₁, γ₂ and s₋ train, from their shaped values
+    learned = {n: p for n, p in model.named_parameters() if n.endswith(("gamma1", "gamma2", "s_minus"))}
+    assert len(learned) == 3 and all(p.requires_grad for p in learned.values())
+    assert learned["transformer.h.0.attn.sigprop_shape.gamma1"].eq(1.0).all()
+    model = gpt2(1)
     hf.apply(model, "dslm")
     with pytest.raises(RuntimeError, match="already applied"):
         hf.apply(model, "dslm")

@@ -32,6 +32,7 @@ from torch import nn
 
 from ..models import ModelConfig
 from ..nn import Residual, TokenEmbedding, make_activation
+from ..nn.roles import role_of
 from ..schemes import ParamInfo, Site, dslm, get_scheme
 from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
 from .bert import Bert
@@ -173,8 +174,8 @@ def _head_pieces(model: nn.Module, seen: dict[int, int]) -> Iterator[Piece]:
 
 @torch.no_grad()
 def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, int]:
-    """Initialize every parameter of ``model`` from its role (bias 0, norm 1, else N(0, (gain·std)²),
-    gains in the module docstring). Every element of every parameter must be covered exactly once;
+    """Initialize every parameter of ``model`` from its role (bias 0, norm 1, shaping constants as their module
+    set them, else N(0, (gain·std)²), gains in the module docstring). Every element of every parameter must be covered exactly once;
     returns counts per role.
     """
     scheme = get_scheme(cfg.scheme)
@@ -212,6 +213,10 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
         init(piece)
     for piece in _head_pieces(model, covered):
         init(piece)
+    for p in model.parameters():                 # shaping constants (γ₁, γ₂, s₋ under "learn"): set by their module
+        if role_of(p) == "constant" and id(p) not in covered:
+            covered[id(p)] = p.numel()
+            counts["constant"] = counts.get("constant", 0) + 1
     wrong = [name for name, p in model.named_parameters() if covered.get(id(p), 0) != p.numel()]
     if wrong:
         raise RuntimeError(f"sigprop.hf has no init rule for (or initialized twice) parameters {wrong}")
