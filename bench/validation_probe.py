@@ -135,7 +135,7 @@ def sim_probes() -> list[tuple[str, Callable[[], Any], str]]:
     V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
     base = dict(t=0.1, steps=4, paths=4, gamma=0.5)
     sde_bad = {"t": [INF, NAN, 0.0, -1.0, "1"], "steps": [0, 2.5, None], "paths": [0, -1],
-               "gamma": [NAN, 0.0, 1.5, INF], "tau0": [NAN, INF, 0.0], "c_plus": [NAN, INF], "c_minus": [NAN, -INF],
+               "gamma": [NAN, 0.0, 1.5, INF], "tau0": [NAN, -INF, 0.0], "c_plus": [NAN, INF], "c_minus": [NAN, -INF],
                "seed": [1.5, "0"],
                "blowup": [NAN, 0.0, -1.0], "record_every": [0, 3], "method": ["euler"], "dtype": [torch.int64]}
     out = [(f"sde {k}={v!r}", lambda k=k, v=v: sde.simulate("transformer", V0, **{**base, k: v}), k)

@@ -219,7 +219,8 @@ def test_every_valid_optim_config_steps_finitely(lr, wd, b1, b2, eps, clip):
 V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
 SDE_BAD = {"gamma": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
                               st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
-           "tau0": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
+           "tau0": st.one_of(st.sampled_from([math.nan, -math.inf]),   # +inf: the limit without the A term
+                             st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
            "c_plus": NON_FINITE, "c_minus": NON_FINITE,
            "t": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
            "steps": st.one_of(st.integers(max_value=0), NOT_AN_INT),
@@ -250,7 +251,8 @@ def test_sde_simulate_keeps_its_contract_for_every_valid_argument(gamma, tau0, c
     assert not bool((p.exploded & ~p.stopped).any())
 
 
-ENSEMBLE_BAD = {"gamma": SDE_BAD["gamma"], "tau0": SDE_BAD["tau0"], "c_plus": NON_FINITE, "c_minus": NON_FINITE,
+ENSEMBLE_BAD = {"gamma": SDE_BAD["gamma"],
+                "tau0": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)), "c_plus": NON_FINITE, "c_minus": NON_FINITE,
                 "width": st.one_of(st.integers(max_value=0), NOT_AN_INT),
                 "depth": st.one_of(st.integers(max_value=-1), NOT_AN_INT),
                 "samples": st.one_of(st.integers(max_value=0), NOT_AN_INT), "seed": NOT_AN_INT}

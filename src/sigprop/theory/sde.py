@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import POSITIVE, Range, check_value, invalid
+from ..fields import Range, check_value, invalid
 
 Tensor = torch.Tensor
 KINDS = ("resnet", "attention", "transformer")
@@ -39,12 +39,15 @@ METHODS = ("structured", "naive")
 
 
 def check_params(gamma: float, tau0: float, c_plus: float = 0.0, c_minus: float = -1.0) -> None:
-    """Raise ValueError unless gamma ∈ (0, 1], tau0 > 0 and c± are finite real numbers."""
-    for name, value, allowed in (("gamma", gamma, Range(0.0, 1.0, lo_open=True)), ("tau0", tau0, POSITIVE),
-                                 ("c_plus", c_plus, None), ("c_minus", c_minus, None)):
+    """Raise ValueError unless gamma ∈ (0, 1], tau0 ∈ (0, ∞] (∞: the limit without the τ₀⁻² terms) and c± are
+    finite real numbers."""
+    for name, value, allowed in (("gamma", gamma, Range(0.0, 1.0, lo_open=True)), ("c_plus", c_plus, None),
+                                 ("c_minus", c_minus, None)):
         value = check_value(value, float, name)
         if allowed is not None and value not in allowed:
             raise ValueError(invalid(name, value, allowed))
+    if not (tau0 == math.inf or check_value(tau0, float, "tau0") > 0):
+        raise ValueError(invalid("tau0", tau0, "> 0 (or inf)"))
 
 
 def check_covariance(V: Tensor, name: str = "V0") -> None:
