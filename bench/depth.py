@@ -14,16 +14,15 @@ PaLM appendix B), the convention of bench/throughput.py.
     python bench/depth.py cases --shapes 12x64 192x64 --modes eager blocks checkpoint
     python bench/depth.py cases --shapes 192x256 1000x256 --modes eager blocks checkpoint --device cuda --precision bf16
 
-Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the rise of the peak resident set size
-over the resident size before the first step (model, data and optimizer built; gradients, AdamW state
-and activations allocated during it).
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (everything: weights, AdamW state, activations);
+on CPU the peak of live tensor memory during one warm step above what was live before it (activations,
+gradients, temporaries), from torch.profiler's allocation events.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -47,11 +46,6 @@ def shape(text: str) -> tuple[int, int]:
     """'192x64' -> (layers, width)."""
     layers, width = text.lower().split("x")
     return int(layers), int(width)
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
 
 
 def _sync(device: torch.device) -> None:
@@ -102,19 +96,33 @@ class Case:
         return time.perf_counter() - t0
 
 
+def cpu_step_peak_mib(case: Case) -> float:
+    """Peak of live CPU tensor memory during one (warm) step, above what was live before it: activations,
+    gradients and temporaries, from torch.profiler(profile_memory=True) events in time order (each op's
+    allocations net of its own frees, so a temporary freed inside one op is not counted)."""
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(profile_memory=True) as prof:
+        case.step()
+    # an op's own allocations net of its own frees at its start, plus allocations/frees outside any op
+    events = sorted((e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
+                    for e in prof.events())
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak / 2 ** 20
+
+
 def run_case(layers: int, width: int, mode: str, args: argparse.Namespace) -> dict:
     """One case in this (fresh) process: first step (compilation included), then ``repeats`` steps."""
     torch._dynamo.reset()
     case = Case(layers, width, mode, args)
-    base = rss_mib()
     if case.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     first = case.timed()
     times = [case.timed() for _ in range(args.repeats)]
-    if case.device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2 ** 20
-    else:
-        peak = max(0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)
+    peak = torch.cuda.max_memory_allocated() / 2 ** 20 if case.device.type == "cuda" else cpu_step_peak_mib(case)
     sec = min(times)
     return {"shape": f"{layers}x{width}", "mode": mode, "params_m": case.n_params / 1e6, "first_step_s": first,
             "step_s": sec, "step_median_s": statistics.median(times), "gflops": case.flops() / sec / 1e9,

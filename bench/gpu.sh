@@ -3,7 +3,7 @@
 # table (and its stderr) into the results folder, with a time limit of its own, so a slow or failing
 # part costs only its slot and the others still report.
 #
-#   bench/gpu.sh [OUT_DIR]              # CUDA machine; default OUT_DIR: bench/gpu-results
+#   bench/gpu.sh [OUT_DIR]              # CUDA machine; default OUT_DIR: bench/gpu-results (git-ignored)
 #   bench/gpu.sh --dry-run [OUT_DIR]    # the same steps on the CPU at toy sizes (checks the script)
 #
 # Parts: (1) fused shaped attention vs SDPA, bf16, up to 16k tokens (bench/attention.py);
