@@ -48,6 +48,7 @@ def test_gaussian_and_gram_samplers_have_the_law_of_explicit_weights(block, para
         assert ks_2samp(V[:, 0, 0], weights[:, 0, 0]).pvalue > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block, kind", [("resnet", "resnet"), ("attention", "attention"), ("shaped", "transformer")])
 def test_sde_matches_finite_networks(block, kind):
     samples, paths = 1000, 4000

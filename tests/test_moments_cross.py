@@ -24,11 +24,13 @@ def table() -> dict:
     return error_table(cross_attention_rows())
 
 
+@pytest.mark.slow
 def test_cross_attention_rows_cover_output_and_both_gradients(table: dict) -> None:
     assert set(table) == {("cross_attention", q) for q in ("mean", "var", "cov")} | {
         (f"cross_attention → {side}", q) for side in ("query", "memory") for q in ("grad_var", "grad_cov")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [("cross_attention", "mean"), ("cross_attention", "var"), ("cross_attention", "cov"),
                                  ("cross_attention → query", "grad_var"), ("cross_attention → query", "grad_cov"),
                                  ("cross_attention → memory", "grad_var"), ("cross_attention → memory", "grad_cov")])

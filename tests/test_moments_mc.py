@@ -24,6 +24,7 @@ def failures(rows: list[ErrorRow]) -> list[str]:
             if s["p50"] >= MEDIAN or s["p99"] >= P99]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_matches_monte_carlo(family: str) -> None:
     rows = [r for r in family_rows(family, FAMILIES[family]()) if r.component == family]

@@ -112,6 +112,7 @@ def test_deepnorm_table_spot_values():
     assert alphas == {round(deepnorm_constants("encdec", s, 3, 4)[0], 5) for s in ("enc", "dec")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, r0, sublayer", [("encoder", 0.4, "attn"), ("encoder", 0.4, "mlp"),
                                                 ("decoder", None, "attn"), ("decoder", None, "mlp"),
                                                 ("vit", None, "attn")])

@@ -113,6 +113,7 @@ def _drift_target(kind: str, resnet_factor: float = 1.0) -> torch.Tensor:
     return b
 
 
+@pytest.mark.slow
 def test_drift_matches_one_layer_monte_carlo(mc):
     kind, x = mc
     c = shaped_relu_slopes(N)[2]
@@ -121,6 +122,7 @@ def test_drift_matches_one_layer_monte_carlo(mc):
     assert z_mean(x["drift"], pairs(_drift_target(kind, c))).abs().max() < Z_MAX
 
 
+@pytest.mark.slow
 def test_wrong_drifts_fail_the_same_check(mc):
     kind, x = mc
     c = shaped_relu_slopes(N)[2]
@@ -138,6 +140,7 @@ def test_wrong_drifts_fail_the_same_check(mc):
         assert z_mean(x["drift"], pairs(b)).abs().max() > Z_MAX
 
 
+@pytest.mark.slow
 def test_diffusion_matches_one_layer_monte_carlo(mc):
     kind, x = mc
     full = pairs(sde.diffusion(kind, V_TEST, gamma=GAMMA, tau0=TAU0))

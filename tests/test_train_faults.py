@@ -129,6 +129,7 @@ def test_nan_loss_stops_with_last_good_checkpoint(tmp_path, capsys):
     assert "non-finite training loss" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, sig):
     sets = [*FAST, f"train.out_dir={tmp_path}", "train.steps=100000", "train.ckpt_every=0",
