@@ -117,9 +117,9 @@ def family_rows(family: str, cases: list[Case]) -> list[ErrorRow]:
     return [row for i, case in enumerate(cases) for row in case_rows(family, case, seed=i)]
 
 
-# ------------------------------------------------------------- the authors' coded formulas (notes), to score
+# ------------------------------------------------------------- the authors' coded formulas, to score
 @dataclass(frozen=True)
-class NotesLayerNorm:
+class AuthorsLayerNorm:
     """Authors: r' = r(1 − 1/d), σ_g'² = σ_g²/σ², r_g' = r_g."""
 
     d: int
@@ -132,7 +132,7 @@ class NotesLayerNorm:
 
 
 @dataclass(frozen=True)
-class NotesSoftmax:
+class AuthorsSoftmax:
     """Authors' V1 ("approx") or V2 ("full") softmax variance and backward variance; corr as ours."""
 
     L: int
@@ -155,8 +155,8 @@ class NotesSoftmax:
 
 
 @dataclass(frozen=True)
-class NotesAttention:
-    """Authors' single-head formulas (notes §1.7) per head, then the output projection; zero-mean input."""
+class AuthorsAttention:
+    """Authors' single-head formulas (DeepScaleLM's public code) per head, then the output projection; zero-mean input."""
 
     d: int
     L: int
@@ -275,9 +275,9 @@ def norm_cases(name: str) -> list[Case]:
         comp = LayerNorm(d) if name == "layernorm" else RMSNorm(d)
         fn = (lambda x, d=d: F.layer_norm(x, (d,), eps=1e-12)) if name == "layernorm" else \
              (lambda x, d=d: F.rms_norm(x, (d,), eps=1e-12))
-        notes = (("layernorm [notes]", NotesLayerNorm(d)),) if name == "layernorm" else ()
+        authors = (("layernorm [authors]", AuthorsLayerNorm(d)),) if name == "layernorm" else ()
         out.append(Case(f"d{d} mu{mu} var{var} r{r}", comp, Moments(mu, var, r, 1.0, 0.5 * _rg(i + 1)),
-                        pointwise(fn), (max(512, 131072 // d), 4, d), others=notes))
+                        pointwise(fn), (max(512, 131072 // d), 4, d), others=authors))
     return out
 
 
@@ -292,7 +292,7 @@ def softmax_cases() -> list[Case]:
     grid = [(n, var, r) for n in (2, 8, 32) for var in (0.25, 1.0, 4.0) for r in (0.0, 0.5)]
     return [Case(f"L{n} var{var} r{r}", Softmax(n), Moments(0.3, var, r, 1.0, 0.0),
                  pointwise(lambda x: torch.softmax(x, 1)), (1024, n, 64),
-                 others=(("softmax [notes V1]", NotesSoftmax(n, False)), ("softmax [notes V2]", NotesSoftmax(n, True))))
+                 others=(("softmax [authors V1]", AuthorsSoftmax(n, False)), ("softmax [authors V2]", AuthorsSoftmax(n, True))))
             for n, var, r in grid]
 
 
@@ -312,10 +312,10 @@ def attention_cases(samples: int = 1200) -> list[Case]:
     for n, d, h, var, r, mu, rg, extra in ATTENTION_GRID:
         kw = {"q_var": 1 / d, "k_var": 1 / d, "v_var": 1 / d, "o_var": 1 / d, **extra}
         plain = mu == 0 and not {"causal", "shaped"} & set(extra)
-        notes = (("attention [notes]", NotesAttention(d, n, kw["q_var"], kw["k_var"], kw["v_var"], kw["o_var"],
+        authors = (("attention [authors]", AuthorsAttention(d, n, kw["q_var"], kw["k_var"], kw["v_var"], kw["o_var"],
                                                       kw.get("p", 0.0))),) if plain else ()
         out.append(Case(f"L{n} d{d} H{h} var{var} r{r} mu{mu} rg{rg} {extra}", Attention(d, h, n, **kw),
-                        Moments(mu, var, r, 1.0, rg), reference_attention(d, h, **kw), (samples, n, d), others=notes))
+                        Moments(mu, var, r, 1.0, rg), reference_attention(d, h, **kw), (samples, n, d), others=authors))
     return out
 
 

@@ -68,13 +68,13 @@ def test_fsdp_two_ranks_match_one_process_and_resume_exactly(tmp_path):
     ("distributed", "zero3", "'ddp', 'fsdp'"), ("compile", "layers", "'off', 'blocks', 'model'"),
     ("precision", "fp16", "'fp32', 'bf16'")])
 def test_scale_out_fields_are_validated(key, value, allowed):
-    with pytest.raises(ValueError, match=rf"train\.{key}='{value}' is invalid: must be one of \[{allowed}\]"):
+    with pytest.raises(ValueError, match=rf"train\.{key}='{value}' is invalid: {key} must be one of \[{allowed}\]"):
         TrainConfig(**{key: value})
     with pytest.raises(ValueError, match="train.activation_checkpointing"):
         load_config(CONFIGS / "tiny_decoder.toml", ["train.activation_checkpointing=1"])
 
 
 def test_fsdp_needs_diagnostics_off():
-    with pytest.raises(ValueError, match=r"train\.diag_every=100 is invalid: must be 0 with train\.distributed='fsdp'"):
+    with pytest.raises(ValueError, match=r"train\.diag_every=100 is invalid: diag_every must be 0 with train\.distributed='fsdp'"):
         TrainConfig(distributed="fsdp", diag_every=100)
     assert TrainConfig(distributed="fsdp", diag_every=0).distributed == "fsdp"

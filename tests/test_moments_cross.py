@@ -2,7 +2,7 @@
 
 Cross-attention: Monte Carlo of the real op (tests/moments_mc.py, family ``cross_attention``: float64, fixed
 seeds, fresh weights per sample, T ≠ S, standard and shaped, attention dropout 0 and 0.1), forward moments
-and the input gradients of both streams. Bar per row (the issue's): median error < 2%, 99th percentile
+and the input gradients of both streams. Bar per row: median error < 2%, 99th percentile
 < 10%, and a median Monte-Carlo standard error < 1% so that the bar tests the theory.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ variates for the shared token factor) is below 1%; sample sizes are set for that
 from __future__ import annotations
 
 import pytest
-from moments_mc import FAMILIES, Case, NotesLayerNorm, NotesSoftmax, family_rows, pointwise
+from moments_mc import FAMILIES, Case, AuthorsLayerNorm, AuthorsSoftmax, family_rows, pointwise
 
 import torch.nn.functional as F
 
@@ -51,12 +51,12 @@ def test_checker_rejects_wrong_formulas() -> None:
     # the authors' LayerNorm (r(1 − 1/d), σ_g²/σ²) at small width, and their softmax approximations
     ln8 = pointwise(lambda x: F.layer_norm(x, (8,), eps=1e-12))
     ln = [Case(f"r{r}", LayerNorm(8), Moments(0.0, 1.0, r, 1.0, 0.3), ln8, (8192, 4, 8),
-               others=(("notes", NotesLayerNorm(8)),)) for r in (0.5, 0.9)]
+               others=(("authors", AuthorsLayerNorm(8)),)) for r in (0.5, 0.9)]
     rows = family_rows("ours", ln)
     assert not failures([r for r in rows if r.component == "ours"])
-    assert failures([r for r in rows if r.component == "notes"])
+    assert failures([r for r in rows if r.component == "authors"])
     sm = family_rows("ours", [Case("", Softmax(8), Moments(0.0, 1.0, 0.0), pointwise(lambda x: x.softmax(1)),
-                                   (1024, 8, 64), others=(("V1", NotesSoftmax(8, False)),))])
+                                   (1024, 8, 64), others=(("V1", AuthorsSoftmax(8, False)),))])
     assert not failures([r for r in sm if r.component == "ours"])
     assert failures([r for r in sm if r.component == "V1"])
 

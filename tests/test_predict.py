@@ -1,7 +1,7 @@
 """`sigprop.models.predict`: the tabulated fast path against the exact quadrature, coverage of every scheme, and
 whole models at init, predicted against `diagnostics.measure` (docs/moments.md §6).
 
-Model-level bar (the issue's): per-sublayer forward variance and gradient variance within 10% median
+Model-level bar: per-sublayer forward variance and gradient variance within 10% median
 relative error, at width 128, depth 48, seq 64, random token ids (token_collision = 1/vocab), float64.
 The measured side is a mean over SEEDS independently initialized networks (one random sequence each: the
 noise is the network's, not the tokens'); the bar only tests the theory if that mean is well inside it, so
@@ -169,8 +169,7 @@ def measured(measured_networks):
                                       "gradient of a collapsed Post-LN stack has log-std 1.2-1.6); measured on demand by "
                                       "bench/postln_gradient.py: 2.2% against seeds 0-999 (s.e. 5.0%) and 3.0% against "
                                       "seeds 1000-1999 (s.e. 4.5%), where even 1000 networks leave an s.e. above this "
-                                      "test's bar/3 (was 31% before theory.moments.postnorm's radial constraint and "
-                                      "upstream mean share)")))])
+                                      "test's bar/3")))])
 def test_predicted_matches_measured(name: str, measured, median_error) -> None:
     fwd, grad, pred = measured(name)
     for field, samples in (("fwd_var", fwd), ("grad_var", grad)):

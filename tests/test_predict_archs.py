@@ -1,6 +1,6 @@
 """`sigprop.models.predict` for the encoder–decoder and the ViT against `diagnostics.measure` (docs/moments.md §6).
 
-Bar (the issue's): per-sublayer forward variance and gradient variance within 10% median relative error
+Bar: per-sublayer forward variance and gradient variance within 10% median relative error
 of the mean over independently initialized float64 networks, inputs as `sigprop diagnose` draws them
 (uniform token ids, src and tgt of one length; N(0, 1) pixels), and a median relative standard error of
 that mean below a third of the bar. Width 64, 4 layers (4 + 4 for encdec), seq 16; ViT 16×16×3 images,

@@ -31,7 +31,7 @@ token correlations the exchangeable-token maps average away (attention branch va
 in deep layers); a rank-collapsed causal Post-LN decoder (token correlation ≥ COLLAPSED_CORR) is traced
 backward per position (`causal`), which follows the standard Post-LN decoder's first-token gradient;
 with the Post-LN norm's O(1/d) effects (`postnorm`) its median error is 2.2% and 3.0% against two sets
-of 1000 networks, within their Monte-Carlo error (was 96%, then 31%; bench/postln_gradient.py).
+of 1000 networks, within their Monte-Carlo error (bench/postln_gradient.py).
 """
 from __future__ import annotations
 

@@ -75,10 +75,6 @@ def check(cfg: Any) -> None:
     if cfg.parametrization not in PARAMETRIZATIONS:
         raise ValueError(f"ModelConfig.parametrization must be one of {PARAMETRIZATIONS}, "
                          f"got {cfg.parametrization!r}")
-    for f in ("base_width", "base_depth"):
-        v = getattr(cfg, f)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"ModelConfig.{f} must be a positive integer, got {v!r}")
     if cfg.parametrization == "mup" and cfg.base_width % cfg.n_heads:
         raise ValueError(f"ModelConfig.base_width ({cfg.base_width}) must be divisible by ModelConfig.n_heads "
                          f"({cfg.n_heads}) under parametrization 'mup' (μP fixes the head count, d_head ∝ width)")

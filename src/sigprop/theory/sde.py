@@ -229,9 +229,9 @@ def naive_noise(kind: str, V: Tensor, normals: Tensor, *, gamma: float, tau0: fl
 class SDEPaths:
     """Euler–Maruyama paths of the stopped process V_{t∧T}, with the stopping information.
 
-    SPEC §2 has `simulate` return the tensor (paths, steps+1, m, m); that tensor is ``V`` here. The
-    stopping times are returned beside it because a stopped path cannot be told apart from a live
-    one by its values alone. This is a plain record, not a tensor: index ``V``.
+    ``V`` is the covariance path tensor (paths, steps+1, m, m). The stopping times are returned beside
+    it because a stopped path cannot be told apart from a live one by its values alone.
+    This is a plain record, not a tensor: index ``V``.
 
     V: (paths, T, m, m), T = steps // record_every + 1, at `times` (T,); V[:, 0] = V0. Every entry
        is finite and PSD (up to round-off), never NaN: from its stop on, a path holds its last
@@ -257,7 +257,7 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
              dtype: torch.dtype = torch.float64, chunk: int = 1024) -> SDEPaths:
     """Euler–Maruyama for dV = b(V) dt + Σ(V)^{1/2} dB on [0, t] with `steps` steps, V0 (m, m).
 
-    Returns `SDEPaths`: ``.V`` is SPEC §2's tensor (paths, steps // record_every + 1, m, m), the
+    Returns `SDEPaths`: ``.V`` is the path tensor (paths, steps // record_every + 1, m, m), the
     covariance recorded every `record_every`-th step, finite everywhere (stopped paths hold their
     last accepted value); ``.times``, ``.stopped``, ``.stop_time`` and ``.exploded`` say which
     paths stopped, when, and why (‖V‖_F ≥ blowup, or a non-finite / non-PSD Euler proposal). Paths
