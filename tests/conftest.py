@@ -2,7 +2,9 @@
 thread makes them slower, not faster. Results do not depend on it. Also the fixtures several test
 files share: the check every claim runner's output must pass (`claim_outputs`), one quick demo run
 (`quick_demo`), measured networks at init (`measured_networks`) and the median error against them
-(`median_error`), and tokens with a given correlation (`correlated_tokens`)."""
+(`median_error`), and tokens with a given correlation (`correlated_tokens`). The train tests share the
+shipped configs folder (`CONFIGS`), the overrides that make a run take seconds (`FAST_TRAIN`) and the
+`sigprop train` argument list (`train_argv`); they import them from here."""
 import contextlib
 import io
 import json
@@ -20,6 +22,18 @@ import torch
 torch.set_num_threads(1)
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+FAST_TRAIN = ("data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false")
+
+
+def set_args(sets) -> list[str]:
+    """``--set`` before every override: ["a=1", "b=2"] -> ["--set", "a=1", "--set", "b=2"]."""
+    return [a for s in sets for a in ("--set", s)]
+
+
+def train_argv(config: str, *sets: str) -> list[str]:
+    """`sigprop train` arguments for the shipped ``configs/CONFIG.toml`` with each override set."""
+    return ["--config", str(CONFIGS / f"{config}.toml"), *set_args(sets)]
 
 
 @pytest.fixture

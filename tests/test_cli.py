@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from conftest import CONFIGS, train_argv
 from sigprop.cli import main
 
 
@@ -37,9 +38,7 @@ def test_delegated_command_reports_bad_config(tmp_path):
 
 
 def test_shipped_diagnose_config_predicts(tmp_path, capsys):
-    from pathlib import Path
-
-    cfg = Path(__file__).resolve().parents[1] / "configs" / "diagnose" / "dslm.toml"
+    cfg = CONFIGS / "diagnose" / "dslm.toml"
     text = cfg.read_text().replace('out = "runs/diagnose_dslm"', f'out = "{tmp_path}"')
     local = tmp_path / "dslm.toml"
     local.write_text(text)
@@ -86,16 +85,13 @@ def test_predict_refuses_bad_model_tables(tmp_path, text, needles, capsys):
 
 
 def test_train_refuses_unwritable_and_bad_optimizer_values(tmp_path, capsys):
-    from pathlib import Path
-
-    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny_decoder.toml")
     for sets, needle in ([["train.out_dir=/proc/sigprop-run"], "cannot be written"],
                          [["optim.lr=inf"], "optim.lr=inf"], [["optim.weight_decay=nan"], "optim.weight_decay=nan"],
                          [["optim.weight_decay=-1"], "optim.weight_decay=-1.0"], [["optim.beta1=1.5"], "optim.beta1"],
                          [["optim.eps=-1"], "optim.eps"], [["model.vocab_size=5e9"], "model.vocab_size"],
                          [["model.vocab_size=5000000000"], "a positive integer <= 4194304"],
                          [["train.out_dir="], "train.out_dir=''"]):
-        argv = ["train", "--config", tiny, *[a for s in sets + [f"train.progress=false"] for a in ("--set", s)]]
+        argv = ["train", *train_argv("tiny_decoder", *sets, "train.progress=false")]
         if "out_dir" not in sets[0]:
             argv += ["--set", f"train.out_dir={tmp_path / 'run'}"]
         assert main(argv) == 2

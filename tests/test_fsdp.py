@@ -11,17 +11,17 @@ import torch
 
 from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, read_jsonl, train
 
-from test_train_ddp import CONFIGS, curve, free_port
+from conftest import CONFIGS, FAST_TRAIN, train_argv
+from test_train_ddp import curve, free_port
 
-SETS = ["data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false",
-        "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
+SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
         "train.batch_size=8", "train.ckpt_every=3", "train.keep_last=5", "train.diag_every=0"]
 
 
 def torchrun(tmp_path: Path, sets: list[str]) -> None:
     script = tmp_path / "entry.py"
     script.write_text("import sys\nfrom sigprop.train import train_main\nsys.exit(train_main(sys.argv[1:]))\n")
-    argv = ["--config", str(CONFIGS / "tiny_decoder.toml"), *[a for s in sets for a in ("--set", s)]]
+    argv = train_argv("tiny_decoder", *sets)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,

@@ -1,12 +1,10 @@
 """Run-config validation: unknown keys and wrong types are refused with the key named."""
-from pathlib import Path
-
 import pytest
 
+from conftest import CONFIGS
 from sigprop.train import load_config
 from sigprop.train.config import dump_toml
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = CONFIGS / "tiny_decoder.toml"
 
 

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import CONFIGS, FAST_TRAIN, train_argv
 from sigprop.train import load_config, load_run, read_jsonl, train
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SETS = ["data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false",
-        "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
+SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
         "train.batch_size=8", "train.diag_every=3"]
 
 
@@ -35,8 +34,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     train(load_config(CONFIGS / "tiny_encoder.toml", [*SETS, f"train.out_dir={one}"]))
     script = tmp_path / "entry.py"
     script.write_text("import sys\nfrom sigprop.train import train_main\nsys.exit(train_main(sys.argv[1:]))\n")
-    argv = ["--config", str(CONFIGS / "tiny_encoder.toml"),
-            *[a for s in [*SETS, f"train.out_dir={two}", "train.grad_accum=2"] for a in ("--set", s)]]
+    argv = train_argv("tiny_encoder", *SETS, f"train.out_dir={two}", "train.grad_accum=2")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240,

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import CONFIGS, FAST_TRAIN, train_argv
 from sigprop.train import (Callback, CheckpointError, NonFiniteLossError, list_checkpoints, load_config,
                            load_run, read_jsonl, train, train_main)
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FAST = ["data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false",
-        "train.eval_batches=1", "optim.warmup_steps=3", "model.dropout=0.1"]
+FAST = [*FAST_TRAIN, "train.eval_batches=1", "optim.warmup_steps=3", "model.dropout=0.1"]
 
 
 def cfg_for(out: Path, *sets: str):
@@ -97,8 +96,7 @@ def test_foreign_checkpoint_is_refused(finished, tmp_path, capsys):
     with pytest.raises(CheckpointError, match=r"different model \(n_heads: checkpoint 4 vs run 2\)"):
         train(cfg_for(run, "train.steps=10", "train.resume=true", "model.n_heads=2"))
     (run / "checkpoints" / "step_00000099.json").write_text(json.dumps({"state_dict": "x"}))
-    argv = ["--config", str(CONFIGS / "tiny_decoder.toml"), "--resume",
-            *[a for s in [*FAST, f"train.out_dir={run}", "train.steps=10"] for a in ("--set", s)]]
+    argv = ["--resume", *train_argv("tiny_decoder", *FAST, f"train.out_dir={run}", "train.steps=10")]
     assert train_main(argv) == 2
     assert "is not a sigprop checkpoint" in capsys.readouterr().err
 
@@ -122,9 +120,8 @@ def test_nan_loss_stops_with_last_good_checkpoint(tmp_path, capsys):
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert read_jsonl(tmp_path / "metrics.jsonl", "event")[-1]["event"] == "non_finite"
     # through the command: an exploding learning rate exits non-zero with a clear message
-    argv = ["--config", str(CONFIGS / "tiny_decoder.toml"),
-            *[a for s in [*FAST, f"train.out_dir={tmp_path / 'cli'}", "train.steps=50", "optim.lr=1e30",
-                          "optim.grad_clip=0"] for a in ("--set", s)]]
+    argv = train_argv("tiny_decoder", *FAST, f"train.out_dir={tmp_path / 'cli'}", "train.steps=50", "optim.lr=1e30",
+                      "optim.grad_clip=0")
     assert train_main(argv) == 1
     assert "non-finite training loss" in capsys.readouterr().err
 
@@ -134,7 +131,7 @@ def test_nan_loss_stops_with_last_good_checkpoint(tmp_path, capsys):
 def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, sig):
     sets = [*FAST, f"train.out_dir={tmp_path}", "train.steps=100000", "train.ckpt_every=0",
             "train.eval_batches=0"]
-    argv = ["--config", str(CONFIGS / "tiny_decoder.toml"), *[a for s in sets for a in ("--set", s)]]
+    argv = train_argv("tiny_decoder", *sets)
     code = f"import sys; from sigprop.train import train_main; sys.exit(train_main({argv!r}))"
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -153,8 +150,7 @@ def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, sig):
 
 
 def _argv(out: Path, *sets: str) -> list[str]:
-    return ["--config", str(CONFIGS / "tiny_decoder.toml"),
-            *[a for s in [*FAST, f"train.out_dir={out}", *sets] for a in ("--set", s)]]
+    return train_argv("tiny_decoder", *FAST, f"train.out_dir={out}", *sets)
 
 
 def test_nan_stop_names_the_last_good_checkpoint_and_its_advice_trains_on(tmp_path, capsys):

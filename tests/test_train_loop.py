@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import CONFIGS, FAST_TRAIN, train_argv
 from sigprop.nn import ShapedAttention, ShapedReLU
 from sigprop.train import Callback, eval_main, generate_main, load_config, read_jsonl, train
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FAST = ["data.max_chars=150000", "model.d_model=32", "data.seq_len=32", "train.progress=false",
-        "train.eval_batches=2", "train.ckpt_every=0", "optim.warmup_steps=10"]
+FAST = [*FAST_TRAIN, "data.max_chars=150000", "train.eval_batches=2", "train.ckpt_every=0", "optim.warmup_steps=10"]
 
 
 def run(out: Path, config: str, *sets: str, callbacks=()):
@@ -89,8 +88,7 @@ def test_learn_mode_trains_the_shaping_parameters(tmp_path):
 
 def test_run_folder_and_commands(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = ["--config", str(CONFIGS / "tiny_decoder.toml"), *[a for s in FAST for a in ("--set", s)],
-            "--set", f"train.out_dir={run_dir}", "--set", "train.steps=5"]
+    argv = train_argv("tiny_decoder", *FAST, f"train.out_dir={run_dir}", "train.steps=5")
     from sigprop.train import train_main
     assert train_main(argv) == 0
     assert {"config.toml", "command.txt", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {

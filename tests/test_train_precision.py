@@ -1,24 +1,23 @@
 """bf16 autocast (train.precision="bf16"): a run trains, and shaped attention and the measured moments
 agree with fp32 to bf16's rounding (tolerances below, each about 3x the value measured at these seeds)."""
-from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
 from sigprop.train import load_config, read_jsonl, train
 from sigprop.train.parallel import autocast
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_bf16_run_trains(tmp_path):
     cfg = load_config(CONFIGS / "tiny_decoder.toml", [
-        "data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.steps=30",
+        *FAST_TRAIN, "train.steps=30",
         "train.batch_size=8", "train.eval_batches=1", "train.eval_every=0", "train.diag_every=0",
-        "train.progress=false", "optim.warmup_steps=5", "optim.lr=3e-3", "train.precision=bf16",
+        "optim.warmup_steps=5", "optim.lr=3e-3", "train.precision=bf16",
         f"train.out_dir={tmp_path}"])
     train(cfg)
     evals = [r["loss"] for r in read_jsonl(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]

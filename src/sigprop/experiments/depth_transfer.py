@@ -171,8 +171,9 @@ def run(out_dir: str | Path, quick: bool = False, **sizes: Any) -> dict[str, Any
     result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason}
     summary = {"verdict": v, "verdict_reason": reason, "seeds": list(s["seeds"]), "sizes": s,
                "panels": {k: r["summary"]["panels"][0] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()},
-               "point_wall_s": round(sum(r["wall_s"] for r in [*depth.values(), *width.values()]), 1),
-               "wall_s": round(time.perf_counter() - start, 1)}
+               # the run's cost: every point's training time, summed (a resumed run re-reads finished points)
+               "wall_s": round(sum(r["wall_s"] for r in [*depth.values(), *width.values()]), 1),
+               "resume_wall_s": round(time.perf_counter() - start, 1)}
     data = {k: r["summary"]["groups"] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
     combined = {"size": "size", "groups": [g for rows in data.values() for g in rows],
                 "panels": list(summary["panels"].values())}
