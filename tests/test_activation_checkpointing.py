@@ -4,7 +4,6 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from sigprop.models import ModelConfig, build_model
 from sigprop.train.config import TrainConfig

@@ -126,7 +126,6 @@ def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progres
                 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[list[Record], list[Record]]]]:
     """Measure and predict every configuration of `CONFIGS`: (summary per configuration, records as rows,
     curves as (measured seed-mean, predicted) Records)."""
-    from ..theory import moments
     summary, records, curves = {}, {}, {}
     for name, (scheme, norm) in CONFIGS.items():
         cfg = ModelConfig(scheme=scheme, norm=norm, d_model=width, n_heads=HEADS, n_layers=depth, max_seq_len=seq,
