@@ -139,11 +139,12 @@ def assert_unit_branches(attn: list[float], mlp: list[float]) -> None:
         assert 0.7 <= min(v) and max(v) <= 1.4, (kind, min(v), max(v))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "sigprop-dec"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "sigprop-dec"])
 def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
-    """GPT-2 (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
+    """GPT-2, LLaMA (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
     finite-length V/O correction applied on top of a std that already holds one gives GPT-2 a first attention
-    branch of 0.19 and an attention median of 0.83 on these seeds."""
+    branch of 0.19 and an attention median of 0.83 on these seeds; the mean-correlation recursion instead of the
+    token Gram recursion leaves LLaMA's attention median at 1.18 (width 128, bench/hf_branches.py)."""
     attn, mlp = branch_variances(family, 64, 32, (0, 1))
     assert 0.7 <= attn[0] <= 1.4, attn[0]
     assert_unit_branches(attn, mlp)
@@ -163,24 +164,16 @@ def test_dslm_vo_init_is_the_schemes_rule_at_the_given_length():
         assert (abs(w.std().item() / want - 1) < 5 / math.sqrt(2 * w.numel())) == close, (seq, w.std().item(), want)
 
 
-CAUSAL_EXCESS = ("causal stacks build position-dependent token correlations (late positions, averaging many shared "
-                 "keys, grow more alike than early ones) that the exchangeable recursion averages away; with LLaMA's "
-                 "single table (identical embeddings for repeated tokens) the attention median measured 1.1003 (T=16), "
-                 "1.18 (32), 1.21 (128 and None) at width 128, 4 networks (bench/hf_branches.py)")
-BERT_DEFICIT = ("BERT's attention branches measured median 0.87-0.88 at every length (width 128, 4 networks) while its "
-                "stream correlation follows the recursion to ~0.05: the Post-LN, three-table (shared token-type row) "
-                "stream is not yet modelled at branch level")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("seq", [16, 32, 128, None])
-@pytest.mark.parametrize("family", [
-    "gpt2", "sigprop-dec", "sigprop-enc",
-    pytest.param("llama", marks=pytest.mark.xfail(strict=True, reason=CAUSAL_EXCESS)),
-    pytest.param("bert", marks=pytest.mark.xfail(strict=True, reason=BERT_DEFICIT))])
+@pytest.mark.parametrize("family", ["gpt2", "sigprop-dec", "sigprop-enc", "llama", "bert"])
 def test_dslm_branches_have_unit_variance_at_every_length(family, seq):
-    """Width 128, 48 layers, 4 networks per case; ``seq=None``: apply's default length (128 positions), fed 128."""
-    assert_unit_branches(*branch_variances(family, 128, seq, (0, 1, 2, 3)))
+    """Width 128, 48 layers, 16 networks per case; ``seq=None``: apply's default length (128 positions), fed 128.
+
+    16 networks, because one network's branches drift together: strongly correlated tokens (BERT's shared token-type
+    row) share one stream direction, so a network's branch medians move by ~0.1 (BERT, T = 32: 0.87 averaged over
+    seeds 0-3, 0.98 over seeds 4-11), and 4 networks cannot resolve a ±0.1 band (bench/hf_branches.py)."""
+    assert_unit_branches(*branch_variances(family, 128, seq, tuple(range(16))))
 
 
 # --- apply: DSLM keeps unit variance, generate() works -----------------------------------------

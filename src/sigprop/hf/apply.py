@@ -226,7 +226,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
 def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module) -> list[float]:
     """(G_l / G'_l)^{1/4} per block (module docstring): the scheme's recursion against the family's."""
     kernel = gated_kernel(act) if family.gated else (lambda r: dslm.activation_kernel(cfg.activation, r))
-    ours = dslm.correlations(cfg, stack, dslm.embedding_pairs(cfg, family.n_tables, family.shared_tables), kernel)
+    ours = dslm.correlations(cfg, stack, kernel, family.n_tables, family.shared_tables)
     return [dslm.vo_std(cfg, g_ours) / dslm.vo_std(cfg, g)
             for (_, g), (_, g_ours) in zip(dslm.block_correlations(cfg, stack), ours)]
 

@@ -12,10 +12,12 @@ Init (all N(0, σ²), p = dropout, d = d_model, T = 2 summed embedding tables):
   FFN, GeLU       σ₁² = 1/d, σ₂² = (1−p)/(m₂ d_ff)      same product; unit pre-activation variance
 with m₂ = E[φ(g)²], g ~ N(0,1) (½ for ReLU, 1 for shaped ReLU). For d_ff = 4d and ReLU this is
 the authors' √((1−p)/2)/d. G_l is the attention gain at the input token correlation r_l of block l
-over ``n_tokens`` keys (causal in a decoder stack), and r_l follows the authors' depth recursion with
-the finite-length attention output correlation: both from `sigprop.theory.dslm`, whose G → r_l for long
-bidirectional sequences (the authors' V/O init) and adds the token-specific part at finite and causal
-length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the same token)/T under a Zipf unigram law,
+over ``n_tokens`` keys (causal in a decoder stack), both from `sigprop.theory.dslm`: up to
+``GRAM_MAX_TOKENS`` tokens its token Gram recursion (the whole T × T Gram of sampled Zipf sequences
+through the blocks, which carries causal stacks' position-dependent correlations and repeated tokens),
+beyond that the authors' depth recursion of the mean correlation with the finite-length attention gain
+and output correlation. Both give G → r_l for long bidirectional sequences (the authors' V/O init) and
+add the token-specific part at finite and causal length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the same token)/T under a Zipf unigram law,
 0 for a ViT (patches of independent pixels; real images are correlated: set ``dslm_r0``), which also
 attends over its 1 + (image/patch)² tokens rather than max_seq_len (`ModelConfig.n_tokens`).
 """
@@ -28,12 +30,13 @@ from typing import Any, Callable
 import torch
 
 from ..theory import dslm as theory_dslm
-from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel
-from ..theory.moments.embedding import zipf_collision_probability
+from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel, tabulated
+from ..theory.moments.embedding import zipf_collision_probability, zipf_ids
 from .base import ParamInfo, Scheme, Site, stack_layers, sublayers_per_block
 from .shaped import unit_residual
 
 HOMOGENEOUS = ("relu", "shaped_relu")
+GRAM_SEQUENCES = 8          # Zipf sequences the Gram recursion averages over
 
 
 def activation_kernel(activation: str, rho: float) -> float:
@@ -67,20 +70,31 @@ def embedding_pairs(cfg: Any, n_tables: int = 2, shared: int = 0) -> tuple[tuple
     return (same, (1 - p) * (1 + shared) / n_tables), (1 - same, (1 - p) * shared / n_tables)
 
 
-def correlations(cfg: Any, stack: str, pairs: tuple[tuple[float, float], ...],
-                 ffn_kernel: Callable[[float], float]) -> tuple[tuple[float, float], ...]:
-    """(r_l, G_l) of every block of ``stack``: `sigprop.theory.dslm.block_correlations` over ``cfg``'s
-    ``n_tokens`` keys (causal in a decoder stack) from the embedding ``pairs`` with the MLP kernel ``ffn_kernel``."""
+def correlations(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], n_tables: int = 2,
+                 shared: int = 0) -> tuple[tuple[float, float], ...]:
+    """(r_l, G_l) of every block of ``stack`` over ``cfg``'s ``n_tokens`` keys (causal in a decoder stack), with
+    ``n_tables`` summed embedding tables (``shared`` of them one row for every position) and the MLP kernel
+    ``ffn_kernel``: `sigprop.theory.dslm.gram_correlations` on sampled Zipf sequences up to
+    ``GRAM_MAX_TOKENS`` tokens (``dslm_r0`` and a ViT: one sequence of uniform correlation), the mean
+    recursion `sigprop.theory.dslm.block_correlations` beyond."""
     lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
-    return theory_dslm.block_correlations(pairs, stack_layers(cfg, stack), lam, beta, cfg.dropout, cfg.n_tokens,
-                                          stack == "dec", cfg.d_model, cfg.n_heads, ffn_kernel,
-                                          attentions=sublayers_per_block(cfg, stack) - 1)
+    n_blocks, causal, attentions = stack_layers(cfg, stack), stack == "dec", sublayers_per_block(cfg, stack) - 1
+    T = cfg.n_tokens
+    if T > theory_dslm.GRAM_MAX_TOKENS:
+        return theory_dslm.block_correlations(embedding_pairs(cfg, n_tables, shared), n_blocks, lam, beta,
+                                              cfg.dropout, T, causal, cfg.d_model, cfg.n_heads, ffn_kernel,
+                                              attentions=attentions)
+    uniform = cfg.dslm_r0 is not None or cfg.arch == "vit"
+    tokens = None if uniform else zipf_ids(cfg.vocab_size, GRAM_SEQUENCES, T)
+    grams = theory_dslm.embedding_grams(tokens, T, n_tables, shared, cfg.dropout, cfg.dslm_r0)
+    return theory_dslm.gram_correlations(grams, n_blocks, lam, beta, cfg.dropout, causal, cfg.d_model, cfg.n_heads,
+                                         tabulated(ffn_kernel), attentions=attentions, post=cfg.norm == "postln")
 
 
 @lru_cache(maxsize=64)
 def block_correlations(cfg: Any, stack: str) -> tuple[tuple[float, float], ...]:
     """(r_l, G_l) of every block of ``stack`` for a sigprop model: two tables, the plain φ MLP."""
-    return correlations(cfg, stack, embedding_pairs(cfg), lambda r: activation_kernel(cfg.activation, r))
+    return correlations(cfg, stack, lambda r: activation_kernel(cfg.activation, r))
 
 
 def vo_std(cfg: Any, gain: float) -> float:

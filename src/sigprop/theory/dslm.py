@@ -19,13 +19,37 @@ Recursion over the blocks of a stack, residual x ← λx + β·D(f(x)) (λ² + �
   r₀ given (embedding output);  per attention sublayer r ← λ²r + β²(1 − p)·r_out(r);
   MLP r ← λ²r + β²(1 − p)·κ(r), κ the MLP's normalized kernel, applied per population of token pairs
   (same token / different tokens), since κ is not linear.
+
+**Token Gram recursion** (`gram_correlations`, used for T ≤ ``GRAM_MAX_TOKENS``). The mean recursion above sees
+one number per population of token pairs; a causal stack builds position-dependent correlations (late positions
+average many shared keys and grow alike) and one embedding table makes repeated tokens identical, and the gain is
+not linear in the pair correlations. Measured on GPT-2/LLaMA/sigprop decoders at T = 32–128 (docs/hf.md) the mean
+recursion leaves attention branches 5–20 % above 1. The Gram recursion carries the whole expected token Gram
+matrix V (T × T) of S sampled sequences instead, exact in the infinite-width stream and exact at finite head width
+for the logits:
+
+  embedding  V_jj' = (1 − p)([t_j = t_j'] + S_sh + (T_tab − 1 − S_sh)[j = j'])/T_tab off the diagonal, 1 on it,
+             tokens t drawn from the Zipf law the scheme assumes (`sigprop.theory.moments.embedding.zipf_ids`);
+  attention  given V̂ = norm(V) (Pre-LN: the branch's input; Post-LN: the stream), the head's queries and keys
+             have the law of Q = L Z_q, K = L Z_k with L Lᵀ = V̂ and Z ∈ R^{T×d_k} i.i.d. N(0, 1) (fresh Gaussian
+             weights of variance 1/d, exactly); A = Softmax(QKᵀ/√d_k) under the mask; averaging over W_V, W_O
+             exactly, the branch Gram is E_A[A V̂ Aᵀ] and the gain G_l = mean_i E[(A V̂ Aᵀ)_ii] (Monte Carlo over
+             A: ``rows`` query rows per block, a fixed seed);
+  MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
+  residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
+             normalizes V after each add.
+Its cost is O(blocks · samples · T³), hence the bound on T; longer sequences take the mean recursion.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
+import torch
+
 from .moments.attention import attention_gain
+
+GRAM_MAX_TOKENS = 256      # above it the O(T³) Gram recursion costs seconds per block; the mean recursion is used
 
 
 def pair_overlap(L: int, causal: bool) -> float:
@@ -73,4 +97,87 @@ def block_correlations(pairs: tuple[tuple[float, float], ...], n_blocks: int, la
                 out.append((mean, g))
             rs = [lam ** 2 * r + beta ** 2 * (1 - p) * r_out for r in rs]
         rs = [lam ** 2 * r + beta ** 2 * (1 - p) * ffn_kernel(r) for r in rs]
+    return tuple(out)
+
+
+def embedding_grams(tokens: torch.Tensor | None, n_tokens: int, n_tables: int, shared: int, p: float,
+                    r0: float | None = None) -> torch.Tensor:
+    """(S, T, T) float64 expected Gram matrices of the embedding output (module docstring), unit diagonal.
+
+    ``tokens``: (S, T) ids (their equalities matter), or None with ``r0``: one sequence of uniform correlation
+    (1 − p)·r0 (``dslm_r0``; 0 for a ViT's independent patches)."""
+    eye = torch.eye(n_tokens, dtype=torch.float64)
+    if tokens is None:
+        off = (1 - p) * (r0 or 0.0)
+        return (off * (1 - eye) + eye)[None]
+    same = (tokens[:, :, None] == tokens[:, None, :]).to(torch.float64)
+    positional = n_tables - 1 - shared
+    v = (1 - p) * (same + shared + positional * eye) / n_tables
+    return v * (1 - eye) + eye
+
+
+def _normalized(v: torch.Tensor) -> torch.Tensor:
+    d = v.diagonal(dim1=-2, dim2=-1).clamp_min(1e-300).sqrt()
+    return v / d[..., :, None] / d[..., None, :]
+
+
+def _mean_offdiagonal(v: torch.Tensor) -> float:
+    n = v.shape[-1]
+    diag = v.diagonal(dim1=-2, dim2=-1).sum(-1)
+    return float(((v.sum((-2, -1)) - diag) / (n * (n - 1))).mean()) if n > 1 else 1.0
+
+
+def _cholesky(v: torch.Tensor) -> torch.Tensor:
+    """L with L Lᵀ = V + εI for the smallest ε ∈ {1e-9, 1e-7, 1e-5} that factors: repeated tokens (one embedding
+    table) make a Gram singular; ε ≤ 1e-5 moves each correlation by at most 1e-5."""
+    eye = torch.eye(v.shape[-1], dtype=v.dtype)
+    for eps in (1e-9, 1e-7, 1e-5):
+        chol, info = torch.linalg.cholesky_ex(v + eps * eye)
+        if not bool(info.any()):
+            return chol
+    raise ValueError("gram_correlations: a token Gram matrix is not positive semi-definite")
+
+
+def attention_gram(vhat: torch.Tensor, d: int, n_heads: int, causal: bool, draws: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """E_A[A V̂ Aᵀ] for (S, T, T) normalized Grams ``vhat``: ``draws`` heads per sequence, A = Softmax(QKᵀ/√d_k)
+    with Q = L Z_q, K = L Z_k, L Lᵀ = V̂ (the law of fresh N(0, 1/d) query/key weights on tokens of Gram V̂)."""
+    s, t, _ = vhat.shape
+    dk = d // n_heads
+    chol = _cholesky(vhat).to(torch.float32)[:, None]                                  # (S, 1, T, T)
+    zq, zk = (torch.randn(s, draws, t, dk, generator=generator) for _ in range(2))   # (S, draws, T, d_k)
+    logits = (chol @ zq) @ (chol @ zk).transpose(-1, -2) / math.sqrt(dk)             # (S, draws, T, T)
+    if causal:
+        logits = logits.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    a = logits.softmax(-1)
+    return (a @ vhat.to(torch.float32)[:, None] @ a.transpose(-1, -2)).mean(1).to(torch.float64)
+
+
+def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
+                      n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
+                      post: bool = False, rows: int = 2048, seed: int = 0) -> tuple[tuple[float, float], ...]:
+    """(r_l, G_l) entering every block: mean token correlation of the attention input and its gain, by the Gram
+    recursion of the module docstring from the embedding ``grams`` (S, T, T). ``ffn_kernel`` acts entrywise on a
+    tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``rows``: query rows
+    sampled per attention sublayer (Monte Carlo error of G_l about 1/√rows of the row gains' spread)."""
+    s, t, _ = grams.shape
+    draws = max(1, math.ceil(rows / (s * t)))
+    gen = torch.Generator().manual_seed(seed)
+    eye = torch.eye(t, dtype=torch.float64)
+    v, out = grams.clone(), []
+
+    def add(v: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        v = lam ** 2 * v + beta ** 2 * (branch * ((1 - p) * (1 - eye) + eye))
+        return _normalized(v) if post else v
+
+    for _ in range(n_blocks):
+        for i in range(attentions):
+            vhat = _normalized(v)
+            branch = attention_gram(vhat, d, n_heads, causal, draws, gen)
+            g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
+            if i == 0:
+                out.append((_mean_offdiagonal(vhat), g))
+            v = add(v, branch / g)
+        vhat = _normalized(v)
+        v = add(v, ffn_kernel(vhat) * (1 - eye) + eye)
     return tuple(out)

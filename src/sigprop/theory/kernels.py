@@ -72,6 +72,20 @@ def gaussian_kernel(f, rho: float, var: float = 1.0, n: int = 101) -> float:
     return float((w[:, None] * w[None, :] * f(u) * f(v)).sum())
 
 
+def tabulated(kernel, n: int = 401):
+    """A tensor ρ ↦ kernel(ρ) (entrywise, float64) from ``n`` samples on [−1, 1] and linear interpolation
+    (error ≤ max|κ''|/(2(n−1)²) on smooth kernels), for maps applied to whole token Gram matrices."""
+    xs = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+    ys = torch.tensor([float(kernel(float(x))) for x in xs], dtype=torch.float64)
+
+    def apply(rho: torch.Tensor) -> torch.Tensor:
+        pos = (rho.clamp(-1.0, 1.0) + 1.0) * ((n - 1) / 2)
+        lo = pos.floor().clamp(0, n - 2).long()
+        frac = pos - lo
+        return ys[lo] * (1 - frac) + ys[lo + 1] * frac
+    return apply
+
+
 def shaped_relu_slopes(width: int, c_plus: float = 0.0, c_minus: float = -1.0) -> tuple[float, float, float]:
     """(s₊, s₋, c): slopes s± = 1 + c±/√n of the shaped ReLU at width n and c = 2/(s₊² + s₋²) = 1/E[φ_s(g)²].
 

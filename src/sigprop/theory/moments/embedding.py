@@ -21,6 +21,16 @@ def zipf_collision_probability(vocab_size: int) -> float:
     return float(np.sum(1 / i ** 2) / np.sum(1 / i) ** 2)
 
 
+def zipf_ids(vocab_size: int, n_seqs: int, n_tokens: int, seed: int = 0):
+    """(n_seqs, n_tokens) int64 token ids drawn i.i.d. from the Zipf law p_i ∝ 1/i (id i − 1), a fixed seed."""
+    import torch
+
+    check_size("vocab_size", vocab_size)
+    w = 1.0 / torch.arange(1, vocab_size + 1, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return torch.multinomial(w / w.sum(), n_seqs * n_tokens, replacement=True, generator=g).view(n_seqs, n_tokens)
+
+
 def zipf_collision_approx(vocab_size: int, euler: bool = True) -> float:
     """ζ(2)/(ln V + γ)² (``euler``, the ICLR reviewer's form) or ζ(2)/(ln V)² (the paper's), for reference.
 
