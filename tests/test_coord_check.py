@@ -4,9 +4,8 @@ steps is flat in width under μP and in depth under CompleteP / depth-μP, and g
 Setup: decoder, vocabulary 256, 16 tokens × batch 4 of fixed random tokens, constant lr 1e-4 (the
 change is linear in lr there), mean over blocks of ‖h_l(3) − h_l(0)‖/‖h_l(0)‖, log-log slope.
 Width: 2 blocks, widths 64 → 512, μP base width 64. Depth: width 32, 4 → 64 blocks, base depth 1
-(the papers' literal L^{-α}), mean over seeds 0–7: one seed's depth slope scatters by about 0.08, and
-one seed draws the same first blocks at every depth, so its error is shared across the sweep; eight
-seeds bring the slope's standard error to about 0.03. Measured values are in docs/transfer.md.
+(the papers' literal L^{-α}), mean over seeds 0–7: one seed's depth slope scatters by about 0.08, so
+eight seeds bring the slope's standard error to about 0.03. Measured values are in docs/transfer.md.
 """
 import numpy as np
 import pytest
