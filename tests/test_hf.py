@@ -280,9 +280,12 @@ def test_gpt2_equals_sigprop_decoder_with_and_without_cache(scheme, params, tran
         assert (got - want).abs().max().item() <= 1e-8 * want.abs().max().item()
 
 
-def test_diagnose_equals_measure_on_twin_models(tmp_path):
+@pytest.mark.parametrize("scheme, params, transfer", [
+    ("shaped", dict(gamma=0.3), None), ("depth_mup", dict(), dict(parametrization="mup", base_width=16, base_depth=1))])
+def test_diagnose_equals_measure_on_twin_models(tmp_path, scheme, params, transfer):
+    """Every Record field, the largest attention logit included (μP: QKᵀ·√d_head₀/d_head), to 1e-8."""
     pytest.importorskip("matplotlib")
-    sp, model = twin_models("shaped", gamma=0.3)
+    sp, model = twin_models(scheme, transfer, **params)
     ids = torch.randint(0, V, (4, 16))
     ours, theirs = hf.diagnose(model, ids, seed=3, plot=tmp_path / "hf.png"), measure(sp, ids, seed=3)
     assert (tmp_path / "hf.png").stat().st_size > 0
