@@ -238,37 +238,47 @@ def copy_sigprop_into_gpt2(sp: torch.nn.Module, model: torch.nn.Module) -> None:
             t.ln_f.load_state_dict(sp.stack.final_norm.state_dict())
 
 
-def twin_models(scheme: str, **params) -> tuple[torch.nn.Module, torch.nn.Module]:
+def twin_models(scheme: str, transfer: dict | None = None, **params) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A sigprop decoder and an HF GPT-2 after apply(scheme), same weights (biases and norm gains
-    randomized too, so the mapping is tested), float64."""
+    randomized too, so the mapping is tested), float64. ``transfer``: parametrization, base_width and
+    base_depth, given to both."""
+    transfer = transfer or {}
     torch.manual_seed(0)
     cfg = ModelConfig(arch="decoder", scheme=scheme, vocab_size=V, d_model=32, n_layers=3, n_heads=4,
                       max_seq_len=16, bias=True, activation="relu" if scheme == "shaped" else "gelu",
-                      residual_gamma=params.get("gamma"), tau0=params.get("tau0", 1.0))
+                      residual_gamma=params.get("gamma"), tau0=params.get("tau0", 1.0), **transfer)
     sp = build_model(cfg).double()
     with torch.no_grad():
         for p in sp.parameters():
             if p.ndim == 1:
                 p.normal_(0.0, 0.5)
     model = gpt2(3, activation_function="gelu")          # exact-erf GeLU, as sigprop's nn.GELU
-    hf.apply(model, scheme, **params)
+    hf.apply(model, scheme, **params, **transfer)
     model.double().eval()
     copy_sigprop_into_gpt2(sp, model)
     return sp, model
 
 
-@pytest.mark.parametrize("scheme, params", [("shaped", dict(gamma=0.3, tau0=0.7)), ("dslm", dict())])
-def test_gpt2_equals_sigprop_decoder_with_and_without_cache(scheme, params):
-    sp, model = twin_models(scheme, **params)
+@pytest.mark.parametrize("scheme, params, transfer", [
+    ("shaped", dict(gamma=0.3, tau0=0.7), None), ("dslm", dict(), None),
+    # μP's attention (√d_head₀/d_head) and tied-logit scales and the α-family's branch multipliers (L₀/L)^α
+    ("dslm", dict(), dict(parametrization="mup", base_width=16)),
+    ("depth_mup", dict(), dict(parametrization="mup", base_width=16, base_depth=1)),
+    ("completep", dict(), dict(base_depth=1))])
+def test_gpt2_equals_sigprop_decoder_with_and_without_cache(scheme, params, transfer):
+    sp, model = twin_models(scheme, transfer, **params)
     ids = torch.randint(0, V, (3, 16))
     want = sp(ids)
     for got in (logits(model, ids), cached_logits(model, ids)):
         assert (got - want).abs().max().item() <= 1e-8 * want.abs().max().item()
 
 
-def test_diagnose_equals_measure_on_twin_models(tmp_path):
+@pytest.mark.parametrize("scheme, params, transfer", [
+    ("shaped", dict(gamma=0.3), None), ("depth_mup", dict(), dict(parametrization="mup", base_width=16, base_depth=1))])
+def test_diagnose_equals_measure_on_twin_models(tmp_path, scheme, params, transfer):
+    """Every Record field, the largest attention logit included (μP: QKᵀ·√d_head₀/d_head), to 1e-8."""
     pytest.importorskip("matplotlib")
-    sp, model = twin_models("shaped", gamma=0.3)
+    sp, model = twin_models(scheme, transfer, **params)
     ids = torch.randint(0, V, (4, 16))
     ours, theirs = hf.diagnose(model, ids, seed=3, plot=tmp_path / "hf.png"), measure(sp, ids, seed=3)
     assert (tmp_path / "hf.png").stat().st_size > 0

@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import assert_first_adamw_step
 
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import Attention
@@ -40,17 +41,7 @@ def test_each_update_follows_its_rule(kw):
     """First AdamW step: Δp = −lr·m_lr·(wd·m_wd·p·[ndim ≥ 2] + g/(|g| + ε·m_ε)) for every parameter."""
     optim = OptimConfig(lr=1e-3, eps=1e-3, weight_decay=0.1)      # large ε so its multiplier shows
     rules, before, grads, after = _step(ModelConfig(**SMALL, **kw), optim)
-    seen = set()
-    for (name, p, rule), p0, g, p1 in zip(rules, before, grads, after):
-        lr = optim.lr * rule.lr
-        wd = optim.weight_decay * rule.weight_decay if p.ndim >= 2 else 0.0
-        expected = p0 * (1 - lr * wd) - lr * g / (g.abs() + optim.eps * rule.eps)
-        torch.testing.assert_close(p1, expected, rtol=1e-6, atol=1e-12, msg=name)
-        # the update of the gradient part, over the unit-multiplier one, is the rule's lr multiplier
-        ratio = (p0 * (1 - lr * wd) - p1) / (optim.lr * g / (g.abs() + optim.eps * rule.eps))
-        mask = g.abs() > 1e-12
-        torch.testing.assert_close(ratio[mask], torch.full_like(ratio[mask], rule.lr), rtol=1e-6, atol=0)
-        seen.add(rule)
+    seen = assert_first_adamw_step(rules, before, grads, after, optim.lr, optim.eps, optim.weight_decay)
     assert len(seen) > 1, "the multipliers must differ between roles for this test to mean anything"
 
 

@@ -1,7 +1,8 @@
 """sigprop schemes for Hugging Face `transformers` models (optional extra: ``pip install 'sigprop[hf]'``).
 
     import sigprop.hf
-    cfg = sigprop.hf.apply(model, "dslm")          # or "shaped", "deepnorm"; in place
+    cfg = sigprop.hf.apply(model, "dslm")          # or "shaped", "deepnorm", "depth_mup", "completep"; in place
+    cfg = sigprop.hf.apply(model, "depth_mup", parametrization="mup", base_width=256, base_depth=4)
     records = sigprop.hf.diagnose(model, batch)    # per-sublayer Records, as sigprop.diagnostics.measure
     groups = sigprop.hf.param_groups(model, cfg, lr=3e-4)   # the scheme's optimizer rules, for AdamW
 

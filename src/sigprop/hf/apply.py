@@ -1,9 +1,10 @@
 """`apply`: re-initialize and rescale a `transformers` model by a sigprop scheme, in place.
 
 The HF config is mirrored by a `ModelConfig` (`mirror_config`); the scheme's own rules then give
-every number: ``std(cfg, ParamInfo)`` for each weight, ``residual(cfg, Site)`` for each residual
-add, ``logit_scale(cfg)`` for a tied output head. What the mirror cannot express is a documented
-gain on top of the scheme's std:
+every number: ``init_std(cfg, ParamInfo)`` for each weight (the scheme's std with the width
+parametrization's multipliers), ``residual(cfg, Site)`` for each residual add, ``attention_scale(cfg)``
+for softmax attention logits, ``logit_scale(cfg)`` for a tied output head. What the mirror cannot
+express is a documented gain on top of the scheme's std:
 
 * embeddings: the schemes assume `TokenEmbedding.n_tables` = 2 summed tables; a family with T
   tables gets gain √(2/T) (unit stream variance), and the tied-logit scale √(T/2) to match;
@@ -43,11 +44,12 @@ from .shaped import NAME, ShapedMix, register
 
 FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
 SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
-SCHEMES = ("dslm", "shaped", "deepnorm")
+SCHEMES = ("dslm", "shaped", "deepnorm", "depth_mup", "completep")
 # arguments of `apply` each scheme reads; a non-default value of any other is refused
 USES = {"dslm": ("gamma", "k", "r0", "seq_len", "learn_residual"),
         "shaped": ("gamma", "tau0", "c_plus", "c_minus", "shaping", "learn_residual"),
-        "deepnorm": ("learn_residual",)}
+        "deepnorm": ("learn_residual",), "depth_mup": (), "completep": ()}
+PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN"}
 DEFAULTS = dict(gamma=None, k=2.0, r0=None, tau0=1.0, c_plus=0.0, c_minus=-1.0, shaping="fixed",
                 learn_residual=False, seq_len=None)
 
@@ -64,28 +66,41 @@ def family_of(model: nn.Module) -> Family:
 
 def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None, k: float = 2.0,
                   r0: float | None = None, tau0: float = 1.0, c_plus: float = 0.0, c_minus: float = -1.0,
-                  shaping: str = "fixed", learn_residual: bool = False) -> ModelConfig:
+                  shaping: str = "fixed", learn_residual: bool = False,
+                  parametrization: str = ModelConfig.parametrization, base_width: int = ModelConfig.base_width,
+                  base_depth: int = ModelConfig.base_depth) -> ModelConfig:
     """The `ModelConfig` that mirrors ``model.config`` under ``scheme`` (validated by ModelConfig)."""
     family = family_of(model)
     if scheme not in SCHEMES:
         raise ValueError(f"sigprop.hf.apply scheme must be one of {SCHEMES}, got {scheme!r}")
-    if scheme == "deepnorm" and family.placement != "post":
-        post = tuple(t for f in FAMILIES if f.placement == "post" for t in f.model_types)
-        raise ValueError(f"scheme 'deepnorm' is Post-LN (x ← LN(αx + G(x))); supported for model_type in {post}, "
-                         f"not Pre-LN {model.config.model_type!r}")
+    _check_placement(model, family, scheme)
     fields = family.mirror(model.config)
     if scheme == "shaped":
         fields["activation"] = "shaped_relu"
         del fields["norm_type"]                   # norm "none": a norm type would be a field with no effect
     return ModelConfig(**fields, scheme=scheme, norm="none" if scheme == "shaped" else f"{family.placement}ln",
                        residual_gamma=gamma, dslm_k=k, dslm_r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
-                       shaping=shaping, learn_residual=learn_residual)
+                       shaping=shaping, learn_residual=learn_residual, parametrization=parametrization,
+                       base_width=base_width, base_depth=base_depth)
+
+
+def _check_placement(model: nn.Module, family: Family, scheme: str) -> None:
+    """Refuse a scheme whose norm placement (`Scheme.norms`) the family's blocks do not have ("shaped" drops
+    the norms, so it fits every family)."""
+    norms = get_scheme(scheme).norms
+    if scheme == "shaped" or f"{family.placement}ln" in norms:
+        return
+    need = norms[0].removesuffix("ln")
+    ok = tuple(t for f in FAMILIES if f.placement == need for t in f.model_types)
+    raise ValueError(f"sigprop.hf.apply scheme {scheme!r} is {PLACEMENTS[need]}; supported for model_type in {ok}, "
+                     f"not {PLACEMENTS[family.placement]} {model.config.model_type!r}")
 
 
 def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None, k: float = 2.0,
           r0: float | None = None, tau0: float = 1.0, c_plus: float = 0.0, c_minus: float = -1.0,
           shaping: str = "fixed", learn_residual: bool = False, seq_len: int | None = None,
-          reinit: bool = True) -> ModelConfig:
+          parametrization: str = ModelConfig.parametrization, base_width: int = ModelConfig.base_width,
+          base_depth: int = ModelConfig.base_depth, reinit: bool = True) -> ModelConfig:
     """Make ``model`` (a GPT-2, BERT or LLaMA-family `transformers` model) a ``scheme`` model, in place.
 
     gamma: residual β (γ); None → the scheme's default (dslm √(k/N), shaped 0.2). k: DSLM β² = k/N.
@@ -93,8 +108,13 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
     shaped attention temperature τ₀, shaped-ReLU c±, and "fixed" | "recover" | "learn" γ₁/γ₂/s₋.
     learn_residual: train λ, β. seq_len: DSLM only, the sequence length T the V/O rule is made
     for (None → the model's number of positions; give the training length, short and causal
-    sequences need it). Arguments the scheme does not read must keep their defaults. reinit=False re-attaches
-    the forward changes only (e.g. before ``load_state_dict`` of a model saved after `apply`).
+    sequences need it). Arguments the scheme does not read must keep their defaults. parametrization,
+    base_width, base_depth: as the `ModelConfig` fields, for every scheme: "mup" re-initializes input roles at
+    base_width and untied heads by m^{-1/2}, scales attention logits (softmax attention) by the scheme's
+    `attention_scale` and tied logits by its `logit_scale`; base_depth is L₀ of "depth_mup"/"completep",
+    whose branch multipliers (L₀/L)^α are the scheme's `residual`. Optimizer groups: `sigprop.hf.param_groups`.
+    reinit=False re-attaches the forward changes only (e.g. before ``load_state_dict`` of a model saved
+    after `apply`).
     Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``;
     ``model.sigprop_exact_mirror`` says whether the mirrored sigprop model has the same init law
     (then `sigprop.models.predict` describes it).
@@ -105,7 +125,8 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
                                   shaping=shaping, learn_residual=learn_residual, seq_len=seq_len))
     family = family_of(model)
     cfg = mirror_config(model, scheme, gamma=gamma, k=k, r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
-                        shaping=shaping, learn_residual=learn_residual)
+                        shaping=shaping, learn_residual=learn_residual, parametrization=parametrization,
+                        base_width=base_width, base_depth=base_depth)
     if seq_len is not None:
         cfg = dataclasses.replace(cfg, max_seq_len=seq_len)
     if scheme == "shaped":
@@ -113,6 +134,7 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
     if reinit:
         initialize(model, family, cfg)
     _scale_residuals(model, family, cfg)
+    _scale_attention_logits(model, family, cfg)
     _scale_tied_logits(model, family, cfg)
     model.sigprop_config = cfg
     model.sigprop_exact_mirror = family.exact_mirror
@@ -204,7 +226,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
         elif piece.role == "norm":
             piece.tensor.fill_(1.0)
         else:
-            std = scheme.std(cfg, ParamInfo(piece.role, stack, piece.layer, piece.shape))
+            std = scheme.init_std(cfg, ParamInfo(piece.role, stack, piece.layer, piece.shape))
             piece.tensor.normal_(0.0, gain(piece) * std)
         covered[id(piece.param)] = covered.get(id(piece.param), 0) + piece.tensor.numel()
         counts[piece.role] = counts.get(piece.role, 0) + 1
@@ -256,6 +278,17 @@ def _hook_residual(site: ResidualSite, residual: Residual) -> None:
 
     site.skip.register_forward_pre_hook(keep)
     site.branch.register_forward_hook(scale)
+
+
+def _scale_attention_logits(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
+    """Softmax attention's QKᵀ multiplier from the scheme's `attention_scale` (μP: √d_head₀/d_head), set as the
+    ``scaling`` every supported attention module passes to its attention function; None keeps 1/√d_head."""
+    scheme = get_scheme(cfg.scheme)
+    scale = scheme.attention_scale(cfg)
+    if scale is None or scheme.attention != "softmax":
+        return
+    for attn in family.attentions(model.base_model):
+        attn.scaling = scale
 
 
 def _scale_tied_logits(model: nn.Module, family: Family, cfg: ModelConfig) -> None:

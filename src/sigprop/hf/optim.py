@@ -4,13 +4,14 @@ per role, exactly as `sigprop.train.optim` builds them for a sigprop model.
     cfg = sigprop.hf.apply(model, "dslm")
     opt = torch.optim.AdamW(sigprop.hf.param_groups(model, cfg, lr=3e-4, weight_decay=0.1))
 
-Roles come from the family's piece map (`Family.pieces` and the head), never from parameter names.
+Roles come from the family's piece map (`Family.pieces` and the head), never from parameter names;
+a piece inside block l has site (stack, l), so the depth rules of "depth_mup"/"completep" reach the
+blocks' weights, norms and biases and leave the embeddings, the final norm and the heads alone.
 A fused parameter (GPT-2's ``c_attn`` holds Q, K and V) is one tensor to the optimizer, so its slices
-must share one rule; they do for every scheme `apply` supports (their multipliers are all 1) and
-under μP (Q, K, V are all hidden weights), and `param_groups` raises ValueError naming the parameter
-if they ever differ. `apply` re-initializes by the scheme's ``std`` only: the μP and depth-α rules
-(init, readout and attention multipliers in the forward pass) are not applied to HF models, so pass
-the ``cfg`` that `apply` returned.
+must share one rule; they do under every scheme and parametrization `apply` supports (Q, K and V of one
+block are hidden weights of one site), and `param_groups` raises ValueError naming the parameter if they
+ever differ. The forward multipliers that belong with these rules (μP's init, attention and tied-logit
+scales, the α-family's branch multipliers) are set by `apply`; pass the ``cfg`` it returned.
 """
 from __future__ import annotations
 
