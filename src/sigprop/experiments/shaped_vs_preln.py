@@ -84,15 +84,18 @@ def models(gammas: Sequence[float] = GAMMAS, qk_scaling: str = "init") -> dict[s
     return out
 
 
-def tables(size: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The run-config sections of one model at ``size`` (Recover lasts the warmup)."""
+def tables(size: dict[str, Any], overrides: dict[str, Any], ff_mult: int = FF_MULT, diag_every: int = 0
+           ) -> dict[str, Any]:
+    """The run-config sections of one masked-LM encoder at ``size`` (steps, batch_size, n_layers, d_model,
+    eval_batches), MLP width ``ff_mult``·d, diagnostics every ``diag_every`` steps (0: none); Recover
+    lasts the warmup."""
     n = size["steps"]
     extra = {"recover_steps": warmup(n)} if overrides.get("shaping") == "recover" else {}
     return {"model": {**MODEL, "n_layers": size["n_layers"], "d_model": size["d_model"],
-                      "d_ff": FF_MULT * size["d_model"], **overrides},
+                      "d_ff": ff_mult * size["d_model"], **overrides},
             "data": DATA, "optim": {**OPTIM, "warmup_steps": warmup(n)},
             "train": {"steps": n, "batch_size": size["batch_size"], "eval_every": max(1, n // 10),
-                      "eval_batches": size["eval_batches"], "diag_every": 0, **extra}}
+                      "eval_batches": size["eval_batches"], "diag_every": diag_every, **extra}}
 
 
 def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
