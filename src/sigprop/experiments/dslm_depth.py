@@ -23,10 +23,11 @@ learning anything else). Verdict: `sigprop.experiments.verdicts.dslm_depth` (eve
 every standard run at DSLM's lr fails: reproduced; DSLM trains and some standard runs fail, or a
 standard model's largest stable lr is below DSLM's: partly).
 
-Wall time (estimate, from timed points on the 2-core machine: a 192-layer step ≈ 0.3 s and a 1000-layer
-step ≈ 1.6 s of one core at this size): 12 tuning runs (+ up to 2 extensions per model) and 8 scored
-192-layer runs ≈ 1.7 min each, 2 jobs ≈ 17–24 min; the two 1000-layer runs side by side ≈ 9 min; about
-26–33 min in all.
+Wall time (estimate, from timed points on the 2-core machine, CPU time of one process: a 192-layer
+step ≈ 0.32 s at this size, a 1000-layer step ≈ 1.5 s at width 32, so ≈ 1.7 s at width 64): 12 tuning runs
+(+ up to 2 extensions per model) and 8 scored 192-layer runs of ≈ 1.8 min, 36–50 core-min, and the two
+1000-layer runs ≈ 9 min each: 54–68 core-min, ≈ 27–34 min with ``jobs=2`` (at the edge of a 30-minute
+budget; ``deep_seeds=(0,)`` saves 4–5 min).
 
     from sigprop.experiments import dslm_depth
     summary = dslm_depth.run("runs/dslm-depth")            # dslm-depth.{json,png,md}
