@@ -15,9 +15,17 @@ def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
     assert data["rank_collapse"]["final_mean_corr"]["softmax"] > 0.99
     assert set(data["dslm_moments"]["summary"]) == {"Pre-LN standard", "Pre-LN DSLM", "Post-LN standard",
                                                     "Post-LN DSLM"}
-    assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "DSLM (Pre-LN)"}
+    assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "GPT-2 style (Pre-LN)", "DSLM (Pre-LN)"}
     for r in data["training"].values():
         assert len(r["val_curve"]) >= 2 and not r["diverged"]
+    choice = data["lr_choice"]                        # the baselines' lr: the best of their grid on the tuning seed
+    assert "demo.choose_lrs(" in choice["command"]
+    for label in ("Pre-LN", "GPT-2 style (Pre-LN)"):
+        c = choice[label]
+        assert c["best_lr"] == data["training"][label]["lr"] and c["best_lr"] in c["lr_grid"]
+        assert c["tuning_seed"] != data["meta"]["seed"] and c["tuning_loss"][c["lr_grid"].index(c["best_lr"])] == min(
+            c["tuning_loss"])
+    assert json.loads((tmp_path / "training/lr_choice.json").read_text())["command"] == choice["command"]
     assert len(data["table"]["rows"]) >= 10
     for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json"):
         assert (tmp_path / part).stat().st_size > 0
