@@ -37,4 +37,4 @@ def test_quick_run(tmp_path, claim_outputs):
                 assert not r["diverged"], (name, kind)
                 assert r["final_val_loss"] < r["initial_val_loss"], (name, kind, r["val_curve"])
     assert s["verdict"] == "inconclusive"                  # one lr, one seed
-    assert deep_thin.judge(saved["summary"]["settings"])[0] == s["verdict"]
+    assert deep_thin.judge(saved["summary"])[0] == s["verdict"]

@@ -3,7 +3,7 @@ the text table and the RESULTS.md builder."""
 import json
 
 from sigprop.experiments.report import Table
-from sigprop.experiments.results import collect
+from sigprop.experiments.results import collect, rejudge
 
 
 def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
@@ -51,3 +51,12 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
     assert (tmp_path / "docs" / "img" / "claim-b.png").read_bytes() == b"png"
     assert collect(tmp_path / "runs", ["missing"]) == ""
 
+
+
+def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):
+    tuned = lambda final: {"lr_grid": [1e-3, 3e-3, 1e-2], "tuning_loss": [5, 4, 4.5], "tuning_seed": 100,  # noqa: E731
+                           "seeds": [0, 1], "final_loss": final}
+    settings = {"a": {"models": {"deep-thin": tuned([3.0, 3.02]), "shallow-wide": tuned([3.2, 3.22])}}}
+    (tmp_path / "deep-thin").mkdir()
+    (tmp_path / "deep-thin" / "deep-thin.json").write_text(json.dumps({"summary": {"settings": settings}}))
+    assert rejudge(tmp_path)["deep-thin"][0] == "reproduced" and set(rejudge(tmp_path)) == {"deep-thin"}

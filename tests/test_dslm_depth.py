@@ -23,7 +23,7 @@ def test_run_quick(tmp_path, claim_outputs):
             assert c["final_val_loss"]["mean"] < c["initial_val_loss"]["mean"], key
             assert all(math.isfinite(g["max"]) and g["max"] > 0 for g in c["grad_norm"]), key
     assert s["verdict"] == "inconclusive"                 # 12 steps, one seed: the rule needs 300 and two
-    assert dslm_depth.judge(saved["summary"]["configs"], s["sizes"])[0] == s["verdict"]
+    assert dslm_depth.judge(saved["summary"])[0] == s["verdict"]
 
 
 def test_full_size_follows_the_rule():

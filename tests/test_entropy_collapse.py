@@ -22,7 +22,7 @@ def test_quick_run_writes_outputs(tmp_path, claim_outputs):
         curve = saved["data"][label]["entropy"][key]
         assert len(curve["step"]) == len(curve["mean_entropy"]) > 1
     assert s["verdict"] == "inconclusive"            # one lr, one seed: the rule needs three of each
-    assert ec.judge(saved["summary"]["models"], s["threshold"], False)[0] == s["verdict"]
+    assert ec.judge(saved["summary"])[0] == s["verdict"]
 
 
 def test_threshold_and_models():

@@ -3,7 +3,6 @@ import math
 import pytest
 
 from sigprop.experiments import shaped_vs_preln as svp
-from sigprop.experiments import verdicts
 
 
 @pytest.mark.slow
@@ -17,7 +16,7 @@ def test_quick_run_writes_outputs(tmp_path, claim_outputs):
         assert math.isfinite(m["final_val_loss"]["mean"]) and m["final_val_loss"]["mean"] < m["initial_val_loss"]["mean"]
     assert 3.0 < s["unigram_val_loss"] < math.log(512)
     assert s["verdict"] == "inconclusive"           # one scored seed: the rule needs three
-    assert verdicts.shaped_vs_preln(saved["summary"]["models"])[0] == s["verdict"]   # the verdict from the JSON
+    assert svp.judge(saved["summary"])[0] == s["verdict"]   # the verdict from the JSON
 
 
 def test_models_have_their_own_grids_and_recover_follows_warmup():

@@ -244,19 +244,18 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEE
                      "params_ratio_non_embedding": deep["non_embedding_params"] / wide["non_embedding_params"],
                      "models": models, **verdicts.deep_thin_gap(models),
                      "gap_curve": gap_curve(data[name])}
-    name, reason = judge(out)
-    summary = {"verdict": name, "verdict_reason": reason, "seeds": seeds, "tuning_seed": TUNING_SEED,
-               "settings": out, "wall_s": round(time.time() - start, 1)}
-    return data, summary
+    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED, "settings": out, "wall_s": round(time.time() - start, 1)}
+    name, reason = judge(summary)
+    return data, {"verdict": name, "verdict_reason": reason, **summary}
 
 
 RUN_KEYS = ("seed", "lr", "final_val_loss", "final_val_acc", "initial_val_loss", "best_val_loss", "val_curve",
             "diverged", "error", "steps_done", "wall_s")
 
 
-def judge(settings: dict[str, Any]) -> tuple[str, str]:
-    """`verdicts.deep_thin` on a summary's ``settings`` (JSON numbers)."""
-    return verdicts.deep_thin({n: s["models"] for n, s in settings.items()})
+def judge(summary: dict[str, Any]) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.deep_thin` on a summary's numbers (as saved in deep-thin.json)."""
+    return verdicts.deep_thin({n: s["models"] for n, s in summary["settings"].items()})
 
 
 def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEEDS,

@@ -143,19 +143,20 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
             entry["largest_stable_lr"], entry["largest_stable_at_top"] = verdicts.largest_stable_lr(entry)
             entry["tuning_trains"] = [verdicts.trains(x, unigram[TUNING_SEED]) for x in t["tuning_loss"]]
         configs[k] = entry
-    name, reason = judge(configs, s)
-    summary = {"verdict": name, "verdict_reason": reason, "configs": configs, "seeds": list(s["seeds"]),
-               "deep_seeds": list(s["deep_seeds"]), "tuning_seed": TUNING_SEED,
-               "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
+    summary = {"configs": configs, "seeds": list(s["seeds"]), "deep_seeds": list(s["deep_seeds"]),
+               "tuning_seed": TUNING_SEED, "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
                "wall_s": round(time.perf_counter() - start, 1)}
+    name, reason = judge(summary)
+    summary = {"verdict": name, "verdict_reason": reason, **summary}
     curves = {k: [{"seed": r["seed"], "lr": r["lr"], "val_curve": r["val_curve"],
                    "grad_curve": [[row[0], row[2]] for row in r["train_curve"]]} for r in rs] for k, rs in runs.items()}
     curves["tuning"] = {k: [{"lr": r["lr"], "val_curve": r["val_curve"]} for r in tuned[k]["tuning_runs"]] for k in CONFIGS}
     return curves, summary, s
 
 
-def judge(configs: dict[str, Any], s: dict[str, Any]) -> tuple[str, str]:
-    """`verdicts.dslm_depth` on a summary's ``configs`` (JSON numbers)."""
+def judge(summary: dict[str, Any]) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.dslm_depth` on a summary's numbers (as saved in dslm-depth.json)."""
+    configs, s = summary["configs"], summary["sizes"]
     at = lambda scheme: {c["norm"]: c for k, c in configs.items()  # noqa: E731
                          if (c["scheme"] == "dslm") == (scheme == "dslm") and c["depth"] == s["depth"]}
     deep = {k: c for k, c in configs.items() if c["depth"] == s["deep_depth"]}

@@ -93,8 +93,10 @@ def per_lr(runs: Sequence[dict[str, Any]], key: str) -> dict[str, list[Any]]:
     return out
 
 
-def judge(models: dict[str, Any], limit: float, temperature: bool) -> tuple[str, str]:
-    """`verdicts.entropy_collapse` on Pre-LN and the shaped models of one parametrization (JSON numbers)."""
+def judge(summary: dict[str, Any], temperature: bool = False) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.entropy_collapse` on a summary's numbers (as saved in entropy-collapse.json),
+    Pre-LN against the shaped models of the paper's parametrization (or, ``temperature``, of τ = √(n·n_k))."""
+    models, limit = summary["models"], summary["threshold"]
     as_float = lambda d: {float(k): v for k, v in d.items()}  # noqa: E731
     shaped = {k: as_float(m["final_entropy"]) for k, m in models.items()
               if k != BASELINE and k.endswith(ALT) == temperature}
@@ -224,13 +226,13 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
                             "attn_entropy": per_lr(rs, "attn_entropy"), "max_logit": per_lr(rs, "max_logit"),
                             "stream_rms": per_lr(rs, "stream_rms"),
                             "diverged": {k: sum(r["diverged"] for r in rs if f"{r['lr']:g}" == k) for k in loss}}
-    name, reason = judge(per_model, limit, temperature=False)
-    alt, alt_reason = judge(per_model, limit, temperature=True)
-    summary = {"verdict": name, "verdict_reason": reason, "verdict_temperature": alt,
-               "verdict_temperature_reason": alt_reason, "seeds": seeds, "lr_grid": grid, "extended": extended,
-               "wall_s": round(time.time() - start, 1), "threshold": limit, "models": per_model,
+    summary = {"seeds": seeds, "lr_grid": grid, "extended": extended, "wall_s": round(time.time() - start, 1),
+               "threshold": limit, "models": per_model,
                "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": max(1, size["steps"] // 10),
                          "diag_every": diag_every}}
+    (name, reason), (alt, alt_reason) = judge(summary), judge(summary, temperature=True)
+    summary = {"verdict": name, "verdict_reason": reason, "verdict_temperature": alt,
+               "verdict_temperature_reason": alt_reason, **summary}
     data = {label: {"entropy": {f"{lr:g}": diag_curves([r for r in rs if r["lr"] == lr]) for lr in grid},
                     "val_curve": {f"{lr:g}": mean_curve(finished([r for r in rs if r["lr"] == lr], "val_curve"))
                                   for lr in grid},

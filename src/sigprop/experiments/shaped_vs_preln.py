@@ -98,6 +98,11 @@ def tables(size: dict[str, Any], overrides: dict[str, Any], ff_mult: int = FF_MU
                       "eval_batches": size["eval_batches"], "diag_every": diag_every, **extra}}
 
 
+def judge(summary: dict[str, Any]) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.shaped_vs_preln` on a summary's numbers (as saved in shaped-vs-preln.json)."""
+    return verdicts.shaped_vs_preln(summary["models"], BASELINE)
+
+
 def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     """Left: tuning-seed final loss vs lr per model (the bracket; ring = chosen lr); middle: seed-mean
     validation curves at each model's chosen lr; right: scored final loss per model (seeds as dots)."""
@@ -183,16 +188,17 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
                          "best_val_loss": seed_stats(r["best_val_loss"] for r in m["runs"]),
                          "initial_val_loss": seed_stats(r["initial_val_loss"] for r in m["runs"]),
                          "diverged": sum(r["diverged"] for r in m["runs"])} for label, m in tuned.items()}
-    name, reason = verdicts.shaped_vs_preln(per_model, BASELINE, min_seeds=3)
     unigram = [unigram_loss(r["config"]["train"]["out_dir"]) for r in tuned[BASELINE]["runs"]]
     params = {kind: next(m["runs"][0]["config"] for k, m in tuned.items() if k.startswith(prefix) and m["runs"])
               for kind, prefix in (("preln", BASELINE), ("shaped", "shaped"))}
-    summary = {"verdict": name, "verdict_reason": reason, "seeds": seeds, "tuning_seed": TUNING_SEED,
+    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED,
                "wall_s": round(time.time() - start, 1), "unigram_val_loss": float(np.mean(unigram)),
                "params": {k: param_count(c["model"]) for k, c in params.items()},
                "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": warmup(size["steps"]),
                          "qk_scaling": qk_scaling, "eval_examples": size["eval_batches"] * size["batch_size"]},
                "models": per_model}
+    name, reason = judge(summary)
+    summary = {"verdict": name, "verdict_reason": reason, **summary}
     data = {label: {"val_curve": mean_curve(finished(m["runs"], "val_curve")),
                     "train_curve": mean_curve(finished(m["runs"], "train_curve")),
                     "tuning_val_curves": {r["lr"]: r["val_curve"] for r in m["tuning_runs"]},
