@@ -27,10 +27,10 @@ final validation loss is lower than shallow-wide's by more than the combined sta
 it wins in all six, partly if in some; inconclusive if a chosen lr is still at its grid's edge). The
 figure plots the gap Δ(step) = shallow − deep seed-mean validation loss over training.
 
-Wall time (estimate, from timed points on the 2-core machine: a decoder step ≈ 30 ms for 8L×32, an
-encoder step ≈ 25 ms): per shape 3 tuning lrs (+ ≤ 2 extensions) and 2 seeds; decoders 2 × 2 × 5–7 runs
-of ≈ 60 s, the other four settings 4 × 2 × 5–7 runs of 10–20 s: ≈ 30–40 core-min, ≈ 16–22 min with
-``jobs=2``.
+Wall time (estimate, from timed points on the 2-core machine: a step of the 8L×32 decoder ≈ 32 ms, of
+the 2L×64 one ≈ 20 ms, of the 8L×32 encoder-decoder ≈ 80 ms, encoders and ViT 20–33 ms): per shape 3
+tuning lrs (+ ≤ 2 extensions) and 2 seeds, 5–7 runs; the decoder pairs ≈ 21 core-min, the other four
+settings ≈ 12 core-min: ≈ 33 core-min in all, ≈ 17–22 min with ``jobs=2``.
 
     from sigprop.experiments import deep_thin
     summary = deep_thin.run("runs/deep-thin")                 # deep-thin.json / .png / .md

@@ -57,14 +57,14 @@ VOCAB = 512
 FULL = {"depth": 192, "deep_depth": 1000, "width": 64, "heads": 4, "seq": 32, "batch": 8, "steps": 300,
         "lrs": (3e-3, 1e-2, 3e-2), "seeds": (0, 1), "deep_seeds": (0, 1), "deep_norms": ("preln",),
         "eval_every": 50, "jobs": 2, "max_extend": MAX_EXTEND}
-QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "heads": 2, "seq": 16, "batch": 4, "steps": 12, "lrs": (3e-3, 1e-2),
-         "seeds": (0,), "deep_seeds": (0,), "eval_every": 4, "jobs": 1, "max_extend": 0}
+QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "heads": 2, "seq": 16, "batch": 4, "steps": 12,
+         "lrs": (3e-3, 1e-2), "seeds": (0,), "deep_seeds": (0,), "eval_every": 4, "jobs": 1, "max_extend": 0}
 
 
 def tables(s: dict[str, Any], scheme: str, norm: str | None, depth: int) -> dict[str, Any]:
     """Run-config sections of one decoder (``depth`` × ``s["width"]``): constant lr after a 10 % warmup."""
-    return {"model": {"arch": "decoder", "scheme": scheme, "vocab_size": VOCAB, "d_model": s["width"],
-                      "n_layers": depth, "n_heads": s["heads"], "max_seq_len": s["seq"], **({"norm": norm} if norm else {})},
+    return {"model": {"arch": "decoder", "scheme": scheme, "vocab_size": VOCAB, "d_model": s["width"], "n_layers": depth,
+                      "n_heads": s["heads"], "max_seq_len": s["seq"], **({"norm": norm} if norm else {})},
             "data": {"source": "pydoc", "seq_len": s["seq"]},
             "optim": {"warmup_steps": max(1, s["steps"] // 10), "decay": "constant"},
             "train": {"steps": s["steps"], "batch_size": s["batch"], "eval_every": s["eval_every"], "eval_batches": 4,
