@@ -80,7 +80,8 @@ def demo_tables(label: str, depth: int, width: int, steps: int, batch: int, seq:
     return {"model": {"arch": "decoder", "d_model": width, "n_layers": depth, "n_heads": 4, "vocab_size": vocab,
                       "max_seq_len": seq, **TRAIN_MODELS[label]},
             "data": {"source": "pydoc", "seq_len": seq}, "optim": {"warmup_steps": max(1, steps // 10)},
-            "train": {"steps": steps, "batch_size": batch, "eval_every": max(1, steps // 10), "recover_steps": steps}}
+            "train": {"steps": steps, "batch_size": batch, "eval_every": max(1, steps // 10), "recover_steps": steps,
+                      "diag_every": 0}}
 
 
 def choose_lrs(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:

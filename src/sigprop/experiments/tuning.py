@@ -51,8 +51,13 @@ def next_lr(grid: Sequence[float], losses: Sequence[float]) -> tuple[float, str]
     if len(grid) < 2:
         raise ValueError(f"an lr grid needs at least 2 values to extend, got {list(grid)}")
     if lr == grid[-1] and lr != grid[0]:
-        return grid[-1] * grid[-1] / grid[-2], "up"
-    return grid[0] * grid[0] / grid[1], "down"
+        return _round(grid[-1] * grid[-1] / grid[-2]), "up"
+    return _round(grid[0] * grid[0] / grid[1]), "down"
+
+
+def _round(lr: float) -> float:
+    """``lr`` to 3 significant digits (a grid step lands on 0.04, not 0.04000000000000001)."""
+    return float(f"{lr:.3g}")
 
 
 def tune(out: str | Path, tables: Mapping[str, Any], grid: Sequence[float], tuning_seed: int,
