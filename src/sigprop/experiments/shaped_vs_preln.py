@@ -188,12 +188,13 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
                          "best_val_loss": seed_stats(r["best_val_loss"] for r in m["runs"]),
                          "initial_val_loss": seed_stats(r["initial_val_loss"] for r in m["runs"]),
                          "diverged": sum(r["diverged"] for r in m["runs"])} for label, m in tuned.items()}
-    unigram = [unigram_loss(r["config"]["train"]["out_dir"]) for r in tuned[BASELINE]["runs"]]
-    params = {kind: next(m["runs"][0]["config"] for k, m in tuned.items() if k.startswith(prefix) and m["runs"])
-              for kind, prefix in (("preln", BASELINE), ("shaped", "shaped"))}
+    baseline_runs = tuned[BASELINE]["runs"] or tuned[BASELINE]["tuning_runs"][:1]     # the scored seeds' splits
+    unigram = [unigram_loss(r["config"]["train"]["out_dir"]) for r in baseline_runs]
+    shaped = next(o for k, (o, _) in chosen.items() if k != BASELINE)
     summary = {"seeds": seeds, "tuning_seed": TUNING_SEED,
                "wall_s": round(time.time() - start, 1), "unigram_val_loss": float(np.mean(unigram)),
-               "params": {k: param_count(c["model"]) for k, c in params.items()},
+               "params": {k: param_count(tables(size, o)["model"]) for k, o in (("preln", chosen[BASELINE][0]),
+                                                                              ("shaped", shaped))},
                "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": warmup(size["steps"]),
                          "qk_scaling": qk_scaling, "eval_examples": size["eval_batches"] * size["batch_size"]},
                "models": per_model}
