@@ -49,7 +49,7 @@ from . import verdicts  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import param_count, seed_stats, unigram_loss  # noqa: E402
+from .training import param_count, resolve_sizes, seed_stats, unigram_loss  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, sweep_runs, tune_all  # noqa: E402
 
 NAME = "dslm-depth"
@@ -104,11 +104,7 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
     ``sizes`` override `FULL` (or `QUICK` when ``quick``): depth, deep_depth, width, heads, seq, batch, steps,
     lrs, seeds, deep_seeds, deep_norms (DSLM norms at deep_depth), eval_every, jobs, max_extend.
     """
-    base = QUICK if quick else FULL
-    unknown = sorted(set(sizes) - set(base))
-    if unknown:
-        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
-    s = {**base, **sizes}
+    s = resolve_sizes(QUICK if quick else FULL, sizes)
     sweeps, start = Path(out_dir) / "sweeps", time.perf_counter()
     dslm = [k for k, (scheme, _) in CONFIGS.items() if scheme == "dslm"]
     standard = [k for k in CONFIGS if k not in dslm]

@@ -50,7 +50,7 @@ from . import verdicts  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
 from .shaped_vs_preln import DATA, MODEL, shaped_model, tables  # noqa: E402
-from .training import finished, mean_curve  # noqa: E402
+from .training import finished, mean_curve, resolve_sizes  # noqa: E402
 from .tuning import MAX_EXTEND, layer_stats, sweep_runs  # noqa: E402
 
 NAME = "entropy-collapse"
@@ -189,11 +189,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
     ``quick``: 12 steps, 2 layers, width 32, batch 8, the first seed at the middle lr, no extension;
     ``sizes`` override the size's keys (steps, batch_size, n_layers, d_model, eval_batches, jobs, max_extend)."""
     start = time.time()
-    base = QUICK if quick else FULL
-    unknown = sorted(set(sizes) - set(base))
-    if unknown:
-        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
-    size = {**base, **sizes}
+    size = resolve_sizes(QUICK if quick else FULL, sizes)
     seeds, grid = (list(seeds[:1]), list(lrs[1:2])) if quick else (list(seeds), sorted(lrs))
     if size["max_extend"] and len(grid) < 2:
         raise ValueError(f"lrs needs at least 2 values to extend the grid, got {list(lrs)}")

@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import finished, mean_curve, param_count, seed_stats, unigram_loss  # noqa: E402
+from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_loss  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
 
 NAME = "shaped-vs-preln"
@@ -174,11 +174,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
     form, or "temperature"; identical at init).
     """
     start = time.time()
-    base = QUICK if quick else FULL
-    unknown = sorted(set(sizes) - set(base))
-    if unknown:
-        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
-    size = {**base, **sizes}
+    size = resolve_sizes(QUICK if quick else FULL, sizes)
     seeds = list(seeds[:1] if quick else seeds)
     chosen = models(GAMMAS[:1] if quick else GAMMAS, qk_scaling)
     grids = {k: GRIDS[g][1:3] if quick else GRIDS[g] for k, (_, g) in chosen.items()}

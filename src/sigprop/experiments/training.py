@@ -122,6 +122,15 @@ def unigram_loss(run_dir: str | Path) -> float:
     return float(-(counts / counts.sum()).log()[targets].mean())
 
 
+def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's sizes: ``base`` (its FULL or QUICK table) with ``overrides`` laid over it; an override
+    that names no key of ``base`` raises ValueError listing the valid ones."""
+    unknown = sorted(set(overrides) - set(base))
+    if unknown:
+        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
+    return {**base, **overrides}
+
+
 def seed_stats(values: Iterable[float]) -> dict[str, Any]:
     """Mean, sample std (0 for one seed), standard error of the mean and the per-seed values over seeds;
     the mean is NaN if any value is (a diverged run)."""
