@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import torch
 
+from sigprop.experiments.verdicts import VERDICTS
+
 torch.set_num_threads(1)
 
-VERDICTS = ("reproduced", "partly", "not reproduced")
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FAST_TRAIN = ("data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false")
 

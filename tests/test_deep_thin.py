@@ -1,5 +1,3 @@
-import math
-
 import pytest
 
 from sigprop.experiments import deep_thin
@@ -15,24 +13,28 @@ def test_pairs_match_parameters():
         assert abs(ne - 1) < 0.01, (setting, ne)
 
 
-def test_verdict_rule():
-    assert deep_thin.verdict({"a": True, "b": True}) == "reproduced"
-    assert deep_thin.verdict({"a": True, "b": False}) == "partly"
-    assert deep_thin.verdict({"a": False, "b": False}) == "not reproduced"
-    stats = lambda m, s: {"mean": m, "std": s, "se": s}  # noqa: E731
-    pair = lambda d, w: {"deep-thin": {"final_val_loss": d}, "shallow-wide": {"final_val_loss": w}}  # noqa: E731
-    assert deep_thin.compare(pair(stats(1.0, 0.03), stats(1.1, 0.04)))["deep_wins"]        # 0.1 > 0.05
-    assert not deep_thin.compare(pair(stats(1.0, 0.09), stats(1.1, 0.12)))["deep_wins"]    # 0.1 < 0.15
-    assert not deep_thin.compare(pair(stats(math.nan, 0.0), stats(1.1, 0.0)))["deep_wins"]  # diverged
+def test_settings_follow_the_rule():
+    assert all(len(s.lrs) >= 3 for s in deep_thin.SETTINGS.values()) and len(deep_thin.SEEDS) >= 2
+    assert all(deep_thin.SETTINGS[n].steps >= 2000 for n in ("decoder-preln", "decoder-postln"))
+
+
+def test_gap_curve_is_shallow_minus_deep():
+    run = lambda losses: {"diverged": False, "val_curve": [[i * 10, x] for i, x in enumerate(losses)]}  # noqa: E731
+    c = deep_thin.gap_curve({"deep-thin": [run([5, 3]), run([5, 2])], "shallow-wide": [run([5, 4]), run([5, 4])]})
+    assert c["step"] == [0, 10] and c["gap"] == [0, 1.5] and c["low"] == [0, 1] and c["high"] == [0, 2]
 
 
 @pytest.mark.slow
 def test_quick_run(tmp_path, claim_outputs):
     s = deep_thin.run(tmp_path, quick=True, show_progress=False)
-    saved = claim_outputs(tmp_path, "deep-thin", s, ("settings",))
+    saved = claim_outputs(tmp_path, "deep-thin", s, ("settings", "tuning_seed"))
     assert set(s["settings"]) == set(deep_thin.SETTINGS)
     for name, runs in saved["data"].items():
         for kind, rs in runs.items():
+            m = s["settings"][name]["models"][kind]
+            assert {"lr_grid", "best_lr", "seeds", "final_loss"} <= set(m)
             for r in rs:
                 assert not r["diverged"], (name, kind)
                 assert r["final_val_loss"] < r["initial_val_loss"], (name, kind, r["val_curve"])
+    assert s["verdict"] == "inconclusive"                  # one lr, one seed
+    assert deep_thin.judge(saved["summary"])[0] == s["verdict"]

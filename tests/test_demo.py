@@ -3,7 +3,7 @@ the text table and the RESULTS.md builder."""
 import json
 
 from sigprop.experiments.report import Table
-from sigprop.experiments.results import collect
+from sigprop.experiments.results import collect, rejudge
 
 
 def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
@@ -15,9 +15,17 @@ def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
     assert data["rank_collapse"]["final_mean_corr"]["softmax"] > 0.99
     assert set(data["dslm_moments"]["summary"]) == {"Pre-LN standard", "Pre-LN DSLM", "Post-LN standard",
                                                     "Post-LN DSLM"}
-    assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "DSLM (Pre-LN)"}
+    assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "GPT-2 style (Pre-LN)", "DSLM (Pre-LN)"}
     for r in data["training"].values():
         assert len(r["val_curve"]) >= 2 and not r["diverged"]
+    choice = data["lr_choice"]                        # the baselines' lr: the best of their grid on the tuning seed
+    assert "demo.choose_lrs(" in choice["command"]
+    for label in ("Pre-LN", "GPT-2 style (Pre-LN)"):
+        c = choice[label]
+        assert c["best_lr"] == data["training"][label]["lr"] and c["best_lr"] in c["lr_grid"]
+        assert c["tuning_seed"] != data["meta"]["seed"] and c["tuning_loss"][c["lr_grid"].index(c["best_lr"])] == min(
+            c["tuning_loss"])
+    assert json.loads((tmp_path / "training/lr_choice.json").read_text())["command"] == choice["command"]
     assert len(data["table"]["rows"]) >= 10
     for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json"):
         assert (tmp_path / part).stat().st_size > 0
@@ -43,3 +51,12 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
     assert (tmp_path / "docs" / "img" / "claim-b.png").read_bytes() == b"png"
     assert collect(tmp_path / "runs", ["missing"]) == ""
 
+
+
+def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):
+    tuned = lambda final: {"lr_grid": [1e-3, 3e-3, 1e-2], "tuning_loss": [5, 4, 4.5], "tuning_seed": 100,  # noqa: E731
+                           "seeds": [0, 1], "final_loss": final}
+    settings = {"a": {"models": {"deep-thin": tuned([3.0, 3.02]), "shallow-wide": tuned([3.2, 3.22])}}}
+    (tmp_path / "deep-thin").mkdir()
+    (tmp_path / "deep-thin" / "deep-thin.json").write_text(json.dumps({"summary": {"settings": settings}}))
+    assert rejudge(tmp_path)["deep-thin"][0] == "reproduced" and set(rejudge(tmp_path)) == {"deep-thin"}

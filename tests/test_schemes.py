@@ -156,3 +156,24 @@ def test_shaped_qk_scaling_init_draws_qk_from_n_to_minus_three_halves():
     for w, std in ((attn.q_proj.weight, n ** -0.75), (attn.k_proj.weight, n ** -0.75), (attn.v_proj.weight, n ** -0.5)):
         se = std / math.sqrt(2 * w.numel())                  # standard error of a sample std
         assert abs(w.std().item() - std) < 5 * se
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encdec"])
+def test_gpt2_init_follows_nanogpt(arch):
+    """GPT-2/nanoGPT: every weight std 0.02 (embeddings, positions, Q, K, V, FFN up); the attention O and
+    FFN down projections 0.02/√(2L), L = blocks of their own stack; tied logits without a multiplier."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch=arch, scheme="gpt2", d_model=D, n_heads=H, d_ff=FF, n_layers=3, vocab_size=500,
+                      max_seq_len=64, **({"n_dec_layers": 5} if arch == "encdec" else {}))
+    model = build_model(cfg)
+    seen = set()
+    for name, p in model.named_parameters():
+        role = role_of(p)
+        if role in ("bias", "norm", "constant"):
+            continue
+        blocks = {"enc": 3, "dec": 5 if arch == "encdec" else 3}[site_of(p)[0]] if role in ("o", "ffn_out") else None
+        want = 0.02 / math.sqrt(2 * blocks) if blocks else 0.02
+        assert abs(p.std().item() / want - 1) < 5 / math.sqrt(2 * p.numel()), (name, role)
+        seen.add(role)
+    assert {"embed", "pos", "q", "k", "v", "o", "ffn_in", "ffn_out"} <= seen
+    assert model.logit_scale == 1.0

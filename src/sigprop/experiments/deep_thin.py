@@ -6,10 +6,11 @@ models in Language Modeling, Speech Translation, and Image Classification, acros
 decoder-only and encoder-decoder variants, for both Pre-LN and Post-LN transformers".
 
 Six settings, each a pair of scheme-"dslm" models trained with the same data, steps, batch and lr
-schedule (one peak lr per setting: of {1e-3, 3e-3, 1e-2}, the one with the lowest pair-mean final
-validation loss in a 300-step seed-0 calibration; see `SETTINGS`): decoder causal LM
-(Pre-LN, Post-LN), encoder masked LM (Pre-LN, Post-LN) on the embedded "pydoc" corpus, a ViT on
-scikit-learn's 8×8 digits, and an encoder-decoder on span denoising of "pydoc".
+schedule shape (`SETTINGS`): decoder causal LM (Pre-LN, Post-LN; 2000 steps), encoder masked LM
+(Pre-LN, Post-LN) on the embedded "pydoc" corpus, a ViT on scikit-learn's 8×8 digits, and an
+encoder-decoder on span denoising of "pydoc". Each shape of a pair gets its own peak lr
+(`sigprop.experiments.tuning`): chosen on tuning seed `TUNING_SEED` (not scored) from the setting's grid,
+extended past an edge that holds the optimum; scored on seeds 0, 1 at that lr.
 
 Shapes (`SHAPES`): shallow-wide = 2 blocks × width 64, deep-thin = 8 blocks × width 32, d_ff = 4d,
 head width 16: four times deeper and half as wide, which keeps the block weights (∝ L·d²) equal.
@@ -21,18 +22,21 @@ small share: deep-thin has 9 % (decoder, encoder), 4 % (encdec) and 0.6 % (ViT) 
 parameters, i.e. ≤ and within 10 % (the constraint we enforce and test); with a large vocab the tables
 would dominate the total count. Both counts are reported.
 
-Verdict rule (fixed before the full run): per setting, deep-thin *wins* if its seed-mean final
-validation loss is lower than shallow-wide's by more than the combined standard error
-√(s_deep²/n + s_shallow²/n) (s = sample std over the n seeds); a diverged run makes its mean NaN (no
-win). "reproduced" if deep-thin wins in all six settings, "partly" if in some, "not reproduced" if
-in none.
+Verdict rule: `sigprop.experiments.verdicts.deep_thin` (per setting, deep-thin *wins* if its seed-mean
+final validation loss is lower than shallow-wide's by more than the combined standard error; reproduced if
+it wins in all six, partly if in some; inconclusive if a chosen lr is still at its grid's edge). The
+figure plots the gap Δ(step) = shallow − deep seed-mean validation loss over training.
+
+Wall time (estimate, from timed points on the 2-core machine: a step of the 8L×32 decoder ≈ 32 ms, of
+the 2L×64 one ≈ 20 ms, of the 8L×32 encoder-decoder ≈ 80 ms, encoders and ViT 20–33 ms): per shape 3
+tuning lrs (+ ≤ 2 extensions) and 2 seeds, 5–7 runs; the decoder pairs ≈ 21 core-min, the other four
+settings ≈ 12 core-min: ≈ 33 core-min in all, ≈ 17–22 min with ``jobs=2``.
 
     from sigprop.experiments import deep_thin
     summary = deep_thin.run("runs/deep-thin")                 # deep-thin.json / .png / .md
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +48,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .outputs import progress, write_outputs  # noqa: E402
+from . import verdicts  # noqa: E402
+from .outputs import write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable, train_run  # noqa: E402
+from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable  # noqa: E402
+from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
 
 NAME = "deep-thin"
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart
@@ -68,23 +74,24 @@ class Shape:
 class Setting:
     arch: str                            # decoder | encoder | encdec | vit
     norm: str                            # DSLM LayerNorm placement: preln | postln
-    lr: float                            # peak lr of both models (short calibration, see module docstring)
+    lrs: tuple[float, ...]               # lr grid each shape is tuned on
     steps: int                           # optimizer steps of both models
     batch_size: int                      # examples per step
 
 
 SHAPES = {"deep-thin": Shape(8, 32, 2), "shallow-wide": Shape(2, 64, 4)}
-# lr: calibration winners (pair-mean loss at 300 steps, seed 0); 1e-2 is the top of the grid for text
+TEXT_LRS, VIT_LRS = (3e-3, 1e-2, 3e-2), (1e-3, 3e-3, 1e-2)
 SETTINGS = {
-    "decoder-preln": Setting("decoder", "preln", 1e-2, 600, 16),
-    "decoder-postln": Setting("decoder", "postln", 1e-2, 600, 16),
-    "encoder-preln": Setting("encoder", "preln", 1e-2, 600, 16),
-    "encoder-postln": Setting("encoder", "postln", 1e-2, 600, 16),
-    "vit": Setting("vit", "preln", 3e-3, 300, 64),
-    "encdec": Setting("encdec", "preln", 1e-2, 400, 16),
+    "decoder-preln": Setting("decoder", "preln", TEXT_LRS, 2000, 16),
+    "decoder-postln": Setting("decoder", "postln", TEXT_LRS, 2000, 16),
+    "encoder-preln": Setting("encoder", "preln", TEXT_LRS, 600, 16),
+    "encoder-postln": Setting("encoder", "postln", TEXT_LRS, 600, 16),
+    "vit": Setting("vit", "preln", VIT_LRS, 300, 64),
+    "encdec": Setting("encdec", "preln", TEXT_LRS, 400, 16),
 }
-EVALS = 10                               # validation points per run (besides step 0)
-QUICK_STEPS, QUICK_CHARS = 8, 60_000     # quick: one seed, 8 steps, a slice of the corpus, one small eval
+SEEDS = (0, 1)
+EVALS = 20                               # validation points per run (besides step 0)
+QUICK_STEPS, QUICK_CHARS = 8, 60_000     # quick: one seed, one lr, 8 steps, a slice of the corpus, one small eval
 
 
 def model_table(setting: Setting, shape: Shape) -> dict[str, Any]:
@@ -111,35 +118,30 @@ def non_embedding_count(model: dict[str, Any]) -> int:
     return trainable(net) - trainable(net.embed)
 
 
-def compare(pair: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Deep-thin vs shallow-wide on final validation loss: difference, combined s.e., win flag."""
-    deep, wide = pair["deep-thin"]["final_val_loss"], pair["shallow-wide"]["final_val_loss"]
-    gap = wide["mean"] - deep["mean"]
-    se = math.hypot(deep["se"], wide["se"])
-    return {"loss_gap_shallow_minus_deep": gap, "combined_se": se, "deep_wins": bool(gap > se)}
-
-
-def verdict(wins: dict[str, bool]) -> str:
-    n = sum(wins.values())
-    return "reproduced" if n == len(wins) else ("partly" if n else "not reproduced")
-
-
 def _fmt(s: dict[str, float], digits: int = 3) -> str:
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
 
 
+def run_tables(setting: Setting, shape: Shape, steps: int, quick: bool) -> dict[str, Any]:
+    """Run-config sections of one model of a pair: 10 % warmup, cosine decay to 0.1·lr, clip 1."""
+    evals = 1 if quick else EVALS
+    return {"model": model_table(setting, shape), "data": data_table(setting, QUICK_CHARS if quick else 0),
+            "optim": {"warmup_steps": max(1, steps // 10)},
+            "train": {"steps": steps, "batch_size": setting.batch_size, "eval_every": max(1, steps // evals),
+                      "eval_batches": 1 if quick else EVAL_BATCHES, "diag_every": 0}}
+
+
 def table(summary: dict[str, Any]) -> Table:
-    """One row per model of each pair; the pair's loss gap and winner on its first row."""
+    """One row per model of each pair (its own lr); the pair's loss gap and winner on its first row."""
     rows = []
     for name, s in summary["settings"].items():
         for i, (kind, m) in enumerate(s["models"].items()):
-            gap = ([f"{s['loss_gap_shallow_minus_deep']:+.3f} ± {s['combined_se']:.3f}",
-                    "yes" if s["deep_wins"] else "no"] if i == 0 else ["", ""])
-            rows.append([name if i == 0 else "", f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}, {s['lr']:g}",
-                         f"{m['params']:,} / {m['non_embedding_params']:,}", _fmt(m["final_val_loss"]),
-                         _fmt(m["final_val_acc"]), *gap])
-    return Table(["setting", "model", "steps, batch, lr", "params total / non-emb", "final val loss", "val acc",
-                  "Δ ± s.e.", "deep wins"], rows)
+            gap = ([f"{s['gap']:+.3f} ± {s['se']:.3f}", "yes" if s["deep_wins"] else "no"] if i == 0 else ["", ""])
+            rows.append([name if i == 0 else "", f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}",
+                         lr_summary(m), f"{m['params']:,} / {m['non_embedding_params']:,}",
+                         _fmt(m["final_val_loss"]), _fmt(m["final_val_acc"]), *gap])
+    return Table(["setting", "model", "steps, batch", "lr (tuning seed)", "params total / non-emb",
+                  "final val loss", "val acc", "Δ ± s.e.", "deep wins"], rows)
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -152,7 +154,8 @@ def markdown(summary: dict[str, Any]) -> str:
              f"**Setup.** Scheme DSLM in both models of a pair; {shapes} (d_ff = 4d, head width 16). Text: "
              f"embedded pydoc corpus, byte-level BPE vocab {VOCAB}, seq {SEQ_LEN}; ViT: sklearn 8×8 digits, "
              "patch 2, 20 % validation. AdamW, warmup 10 % of steps, cosine decay to 0.1·lr, grad clip 1; "
-             f"the same steps, batch and lr within a pair. Seeds {summary['seeds']}. Parameters: non-embedding "
+             "the same steps and batch within a pair, each shape at its own lr, chosen on tuning seed "
+             f"{summary['tuning_seed']} (not scored). Scored seeds {summary['seeds']}. Parameters: non-embedding "
              "block weights equal (deep-thin +0.5 % LayerNorm gains), total fewer for deep-thin (halved "
              "embedding tables). Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e.", "",
              table(summary).markdown()]
@@ -160,27 +163,32 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def gap_curve(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Δ(step) = shallow − deep seed-mean validation loss, with its min/max band from the seeds' extremes."""
+    deep, wide = (mean_curve(finished(runs[k], "val_curve")) for k in ("deep-thin", "shallow-wide"))
+    n = min(len(deep["step"]), len(wide["step"]))
+    return {"step": deep["step"][:n], "gap": [w - d for w, d in zip(wide["mean"][:n], deep["mean"][:n])],
+            "low": [w - d for w, d in zip(wide["min"][:n], deep["max"][:n])],
+            "high": [w - d for w, d in zip(wide["max"][:n], deep["min"][:n])]}
+
+
 def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
-    """One panel per setting (seed-mean validation curves, band = min–max over seeds) and a chart of the
-    final losses (mean ± std over seeds)."""
+    """One panel per setting: the loss gap Δ(step) = shallow − deep seed-mean validation loss (band: seed
+    extremes; above 0 deep-thin is ahead), and a chart of the final losses (mean ± std over seeds)."""
     names = list(data)
     fig = plt.figure(figsize=(16, 7))
     grid = fig.add_gridspec(2, 4)
     colors = {"deep-thin": "C0", "shallow-wide": "C3"}
     for i, name in enumerate(names):
         ax = fig.add_subplot(grid[i // 4, i % 4])
-        for kind, runs in data[name].items():
-            c = mean_curve(finished(runs, "val_curve"))
-            if not c["step"]:
-                continue
-            shape = summary["settings"][name]["models"][kind]["shape"]
-            ax.plot(c["step"], c["mean"], color=colors[kind], label=f"{kind} {shape}")
-            ax.fill_between(c["step"], c["min"], c["max"], color=colors[kind], alpha=0.2)
+        c = gap_curve(data[name])
+        if c["step"]:
+            ax.plot(c["step"], c["gap"], color="k")
+            ax.fill_between(c["step"], c["low"], c["high"], color="grey", alpha=0.25)
+        ax.axhline(0, color="grey", lw=0.8, ls=":")
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step")
-        ax.set_ylabel("val loss")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        ax.set_ylabel("Δ val loss (shallow − deep)")
     ax = fig.add_subplot(grid[1, 2:])
     x = np.arange(len(names))
     for j, kind in enumerate(SHAPES):
@@ -190,67 +198,70 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     ax.set_xticks(x, names, fontsize=8)
     ax.set_ylabel("final val loss (mean ± std)")
     ax.legend(fontsize=7)
-    fig.suptitle(f"DSLM deep-thin vs shallow-wide: verdict {summary['verdict']}")
+    fig.suptitle(f"DSLM deep-thin vs shallow-wide, each at its own lr: verdict {summary['verdict']}")
     return fig
 
 
-def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 2),
-            settings: Iterable[str] | None = None, steps: int | None = None, show_progress: bool = True
-            ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train every pair × seed into ``out_dir/runs``; return (data: every run per setting and model, summary:
-    per-setting statistics and the verdict).
+def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEEDS,
+            settings: Iterable[str] | None = None, steps: int | None = None, jobs: int = 2,
+            max_extend: int = MAX_EXTEND, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tune and score both shapes of every setting (runs in ``out_dir/sweeps``); return (data: every scored run
+    per setting and shape, summary: per-setting numbers and the verdict).
 
     ``settings``: a subset of `SETTINGS` names; ``steps`` overrides every setting's step count;
-    ``quick``: one seed, `QUICK_STEPS` steps, `QUICK_CHARS` of text (a smoke run).
+    ``quick``: one seed, the middle lr of each grid, no extension, `QUICK_STEPS` steps, `QUICK_CHARS` of
+    text, in this process (a smoke run).
     """
     start = time.time()
     seeds = [0] if quick else list(seeds)
+    unknown = sorted(set(settings or ()) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}; valid: {sorted(SETTINGS)}")
     chosen = {n: SETTINGS[n] for n in (settings or SETTINGS)}
-    steps = QUICK_STEPS if quick else steps
-    evals = 1 if quick else EVALS
-    jobs = [(n, k, s) for n in chosen for k in SHAPES for s in seeds]
-    data: dict[str, dict[str, list[dict[str, Any]]]] = {n: {k: [] for k in SHAPES} for n in chosen}
-    for name, kind, seed in progress(jobs, NAME, total=len(jobs), enabled=show_progress):
-        setting = chosen[name]
-        n_steps = steps or setting.steps
-        run_dir = Path(out_dir) / "runs" / name / f"{kind}-s{seed}"
-        r = train_run(run_dir, model_table(setting, SHAPES[kind]),
-                      data=data_table(setting, QUICK_CHARS if quick else 0),
-                      optim={"lr": setting.lr, "warmup_steps": max(1, n_steps // 10)},
-                      train_cfg={"steps": n_steps, "batch_size": setting.batch_size,
-                                 "eval_every": max(1, n_steps // evals),
-                                 "eval_batches": 1 if quick else EVAL_BATCHES},
-                      seed=seed)
-        data[name][kind].append({k: v for k, v in r.items() if k not in ("train_curve", "diag")})
+    jobs, max_extend = (1, 0) if quick else (jobs, max_extend)
+    n_steps = {n: QUICK_STEPS if quick else steps or st.steps for n, st in chosen.items()}
+    grids = {n: st.lrs[1:2] if quick else st.lrs for n, st in chosen.items()}
+    tuned = tune_all(Path(out_dir) / "sweeps",
+                     {f"{n}/{k}": (run_tables(st, shape, n_steps[n], quick), grids[n])
+                      for n, st in chosen.items() for k, shape in SHAPES.items()},
+                     seeds, jobs, max_extend, desc=NAME, show_progress=show_progress)
+    data = {n: {k: [{key: v for key, v in r.items() if key in RUN_KEYS} for r in tuned[f"{n}/{k}"]["runs"]]
+                for k in SHAPES} for n in chosen}
     out: dict[str, Any] = {}
     for name, setting in chosen.items():
         models = {}
         for kind, shape in SHAPES.items():
-            mt, runs = model_table(setting, shape), data[name][kind]
+            mt, t = model_table(setting, shape), tuned[f"{name}/{kind}"]
             models[kind] = {"shape": shape.label, **mt, "params": param_count(mt),
-                            "non_embedding_params": non_embedding_count(mt),
-                            "final_val_loss": seed_stats(r["final_val_loss"] for r in runs),
-                            "final_val_acc": seed_stats(r["final_val_acc"] for r in runs),
-                            "diverged": sum(r["diverged"] for r in runs),
-                            "wall_s": round(sum(r["wall_s"] for r in runs), 1)}
+                            "non_embedding_params": non_embedding_count(mt), **numbers(t),
+                            "final_val_loss": seed_stats(t["final_loss"]),
+                            "final_val_acc": seed_stats(r["final_val_acc"] for r in t["runs"]),
+                            "diverged": sum(r["diverged"] for r in t["runs"]),
+                            "wall_s": round(sum(r["wall_s"] for r in t["tuning_runs"] + t["runs"]), 1)}
         deep, wide = models["deep-thin"], models["shallow-wide"]
-        out[name] = {"steps": steps or setting.steps, "batch_size": setting.batch_size, "lr": setting.lr,
+        out[name] = {"steps": n_steps[name], "batch_size": setting.batch_size,
                      "params_ratio_total": deep["params"] / wide["params"],
                      "params_ratio_non_embedding": deep["non_embedding_params"] / wide["non_embedding_params"],
-                     "models": models, **compare(models)}
-    wins = {n: s["deep_wins"] for n, s in out.items()}
-    reason = (f"deep-thin wins (Δ = shallow − deep final val loss > combined s.e.) in {sum(wins.values())}/"
-              f"{len(wins)} settings: " + "; ".join(f"{n} Δ = {s['loss_gap_shallow_minus_deep']:+.3f} ± "
-                                                    f"{s['combined_se']:.3f}" for n, s in out.items()) + ".")
-    summary = {"verdict": verdict(wins), "verdict_reason": reason, "seeds": seeds, "settings": out,
-               "wall_s": round(time.time() - start, 1)}
-    return data, summary
+                     "models": models, **verdicts.deep_thin_gap(models),
+                     "gap_curve": gap_curve(data[name])}
+    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED, "settings": out, "wall_s": round(time.time() - start, 1)}
+    name, reason = judge(summary)
+    return data, {"verdict": name, "verdict_reason": reason, **summary}
 
 
-def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = (0, 1, 2),
-        settings: Iterable[str] | None = None, steps: int | None = None, show_progress: bool = True
-        ) -> dict[str, Any]:
+RUN_KEYS = ("seed", "lr", "final_val_loss", "final_val_acc", "initial_val_loss", "best_val_loss", "val_curve",
+            "diverged", "error", "steps_done", "wall_s")
+
+
+def judge(summary: dict[str, Any]) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.deep_thin` on a summary's numbers (as saved in deep-thin.json)."""
+    return verdicts.deep_thin({n: s["models"] for n, s in summary["settings"].items()})
+
+
+def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEEDS,
+        settings: Iterable[str] | None = None, steps: int | None = None, jobs: int = 2,
+        max_extend: int = MAX_EXTEND, show_progress: bool = True) -> dict[str, Any]:
     """`measure` → `markdown` (with `table`) + `plot`, written as deep-thin.{json,png,md} into ``out_dir``;
     returns the summary. Arguments as for `measure`."""
-    data, summary = measure(out_dir, quick, seeds, settings, steps, show_progress)
+    data, summary = measure(out_dir, quick, seeds, settings, steps, jobs, max_extend, show_progress)
     return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary))

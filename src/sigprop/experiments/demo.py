@@ -5,8 +5,13 @@
    (`shaped_figs.fig1`).
 2. Moments at initialization (DeepScaleLM): standard init vs DSLM, Pre-LN and Post-LN decoders of depth
    96, measured per sublayer and predicted by `sigprop.models.predict` (`dslm_moments.run`).
-3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model and a DSLM model of the
-   same size, trained for the same steps on the embedded corpus (causal LM); validation loss curves.
+3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model, the GPT-2-style init
+   (scheme "gpt2": std 0.02, output projections 0.02/√(2L)) and a DSLM model of the same size, trained for
+   the same steps on the embedded corpus (causal LM); validation loss curves. The two baselines (Pre-LN,
+   GPT-2 style) get a tuned lr: `choose_lrs` trains them on a small grid on a tuning seed (not the demo's
+   seed), extends it past an edge that holds the optimum (`sigprop.experiments.tuning`) and stores the
+   choice with the command that reproduces it (``training/lr_choice.json``); shaped and DSLM keep
+   `FIXED_LR`, so the comparison is, if anything, tilted toward the baselines.
 
 Writes into ``out_dir``: ``report.html`` (self-contained: plots embedded), ``demo.json`` (every summary and
 curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table. Each part is
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -29,13 +35,18 @@ from . import dslm_moments, shaped_figs  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
 from .report import Figure, Section, Table, write_html  # noqa: E402
 from .training import train_run  # noqa: E402
+from .tuning import TUNING_SEED, numbers, tune  # noqa: E402
 
-# the training comparison: one size, three schemes (label -> ModelConfig overrides)
+# the training comparison: one size, four schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
     "shaped (no LN, recover)": {"scheme": "shaped", "shaping": "recover", "tau0": 1.0, "qk_scaling": "init"},
     "Pre-LN": {"scheme": "preln"},
+    "GPT-2 style (Pre-LN)": {"scheme": "gpt2"},
     "DSLM (Pre-LN)": {"scheme": "dslm", "norm": "preln"},
 }
+TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `choose_lrs` picks
+FIXED_LR = 1e-3                                  # the other models' lr
+LR_GRID = {"full": (1e-3, 3e-3, 1e-2), "quick": (1e-3, 1e-2)}
 FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 300, "batch": 16}
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
 
@@ -54,35 +65,66 @@ READ = {
                "figures solid lines are measured and dashed lines predicted; the closer they sit, the better the "
                "theory. The median error is |predicted / measured − 1| over sublayers, beside its Monte-Carlo "
                "standard error.",
-    "training": "Validation loss (nats per token) of three models of the same size trained with the same data, "
-                "steps and learning rate. The shaped model has no LayerNorm at all; similar curves mean shaping "
-                "replaces normalization.",
+    "training": "Validation loss (nats per token) of four models of the same size trained with the same data and "
+                "steps. Pre-LN and the GPT-2-style init each train at the lr a small grid chose for them on another "
+                "seed (table: grid, choice, and the command that made it); shaped and DSLM at one fixed lr. The "
+                "shaped model has no LayerNorm at all; similar curves mean shaping replaces normalization. One "
+                "seed: an illustration, not a claim (the claims and their rules: docs/RESULTS.md).",
 }
 
 
-def train_comparison(out_dir: Path, depth: int, width: int, steps: int, batch: int, seed: int = 0,
-                     seq: int = 64, vocab: int = 512, lr: float = 1e-3, show_progress: bool = True
-                     ) -> dict[str, Any]:
-    """Train each of `TRAIN_MODELS` (decoder, ``depth`` × ``width``, causal LM on "pydoc") with the same
-    data, steps, batch and lr, each in ``out_dir/runs/``; return {label: train_run record}."""
+def demo_tables(label: str, depth: int, width: int, steps: int, batch: int, seq: int = 64, vocab: int = 512
+                ) -> dict[str, Any]:
+    """Run-config sections of one model of the comparison (decoder, ``depth`` × ``width``, causal LM on
+    "pydoc", warmup 10 %, Recover over the whole run), without the lr."""
+    return {"model": {"arch": "decoder", "d_model": width, "n_layers": depth, "n_heads": 4, "vocab_size": vocab,
+                      "max_seq_len": seq, **TRAIN_MODELS[label]},
+            "data": {"source": "pydoc", "seq_len": seq}, "optim": {"warmup_steps": max(1, steps // 10)},
+            "train": {"steps": steps, "batch_size": batch, "eval_every": max(1, steps // 10), "recover_steps": steps,
+                      "diag_every": 0}}
+
+
+def choose_lrs(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """Pick the lr of each `TUNED` baseline at the demo's size: `tuning.tune` over ``LR_GRID`` on
+    `TUNING_SEED` (never the demo's seed), extended past an edge (not in quick mode). Writes
+    ``out_dir/lr_choice.json`` ({label: lr_grid, tuning_loss, best_lr, extended, ...}, plus the command)
+    and returns it."""
+    out, size = Path(out_dir), QUICK if quick else FULL
+    grid, max_extend = (LR_GRID["quick"], 0) if quick else (LR_GRID["full"], 2)
+    choice: dict[str, Any] = {"command": f"python -c \"from sigprop.experiments import demo; "
+                                         f"demo.choose_lrs('{out}', quick={quick})\""}
+    for label in progress(TUNED, "demo: lr grid", enabled=show_progress):
+        t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
+        choice[label] = numbers(tune(out / "sweeps", t, grid, TUNING_SEED, [], max_extend=max_extend))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lr_choice.json").write_text(json.dumps(choice, indent=1))
+    return choice
+
+
+def train_comparison(out_dir: Path, depth: int, width: int, steps: int, batch: int, lrs: dict[str, float],
+                     seed: int = 0, show_progress: bool = True) -> dict[str, Any]:
+    """Train each of `TRAIN_MODELS` (`demo_tables`) with the same data, steps and batch, at its lr from ``lrs``
+    (`FIXED_LR` where absent), each in ``out_dir/runs/``; return {label: train_run record with ``lr``}."""
     runs = {}
-    for label, scheme in progress(TRAIN_MODELS.items(), "demo: training", total=len(TRAIN_MODELS),
-                                  enabled=show_progress):
-        model = {"arch": "decoder", "d_model": width, "n_layers": depth, "n_heads": 4, "vocab_size": vocab,
-                 "max_seq_len": seq, **scheme}
-        runs[label] = train_run(out_dir / "runs" / label.split()[0].lower().replace("-", ""), model,
-                                data={"source": "pydoc", "seq_len": seq},
-                                optim={"lr": lr, "warmup_steps": max(1, steps // 10)},
-                                train_cfg={"steps": steps, "batch_size": batch, "eval_every": max(1, steps // 10),
-                                           "recover_steps": steps, "progress": show_progress}, seed=seed)
+    for label in progress(TRAIN_MODELS, "demo: training", total=len(TRAIN_MODELS), enabled=show_progress):
+        t, lr = demo_tables(label, depth, width, steps, batch), lrs.get(label, FIXED_LR)
+        r = train_run(out_dir / "runs" / re.sub(r"[^a-z0-9]+", "", label.split()[0].lower()), t["model"],
+                      data=t["data"], optim={**t["optim"], "lr": lr},
+                      train_cfg={**t["train"], "progress": show_progress}, seed=seed)
+        runs[label] = {**r, "lr": lr}
     return runs
 
 
-def training_table(runs: dict[str, Any]) -> Table:
-    """One row per model: parameters, validation loss at step 0 and at the end, wall time."""
-    return Table(["model", "params", "val loss at step 0", "final val loss", "wall s"],
-                 [[k, r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
-                  for k, r in runs.items()], caption="Validation loss in nats per token (embedded corpus, causal LM).")
+def training_table(runs: dict[str, Any], choice: dict[str, Any]) -> Table:
+    """One row per model: lr (and the grid that chose it), parameters, validation loss at step 0 and at the
+    end, wall time."""
+    lr = lambda k: (f"{runs[k]['lr']:g} (best of {', '.join(f'{x:g}' for x in choice[k]['lr_grid'])})"  # noqa: E731
+                    if k in TUNED and choice[k]["best_lr"] is not None else f"{runs[k]['lr']:g} (fixed)")
+    return Table(["model", "lr", "params", "val loss at step 0", "final val loss", "wall s"],
+                 [[k, lr(k), r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
+                  for k, r in runs.items()],
+                 caption="Validation loss in nats per token (embedded corpus, causal LM). Tuned lrs chosen by "
+                         f"`{choice['command']}` on seed {TUNING_SEED}.")
 
 
 def plot_training(runs: dict[str, Any], title: str) -> Any:
@@ -121,7 +163,7 @@ def summary_table(rank: dict[str, Any], moments: dict[str, Any], runs: dict[str,
 
 
 def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, Any], runs: dict[str, Any],
-             meta: dict[str, Any]) -> list[Section]:
+             choice: dict[str, Any], meta: dict[str, Any]) -> list[Section]:
     """The report's parts, from the three parts' results and the files they wrote under ``out``."""
     depth = moments["meta"]["depth"]
     return [
@@ -138,7 +180,8 @@ def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, A
                                 f"{p} decoder, depth {depth}: forward variance, gradient relative to the output and "
                                 "token correlation per sublayer, standard init and DSLM, measured (solid) and "
                                 "predicted (dashed).") for p in ("Pre-LN", "Post-LN")]),
-        Section("3. Training: shaped vs Pre-LN vs DSLM", READ["training"], tables=[training_table(runs)],
+        Section("3. Training: shaped vs tuned Pre-LN and GPT-2-style vs DSLM", READ["training"],
+                tables=[training_table(runs, choice)],
                 figures=[Figure(out / "training/training.png",
                                 f"Validation loss against step, decoder of {meta['depth']} layers × width "
                                 f"{meta['width']}.")]),
@@ -153,21 +196,23 @@ def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, s
     rank = shaped_figs.fig1(out / "rank_collapse", quick=quick, show_progress=show_progress)
     moments = dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
                                quick=quick, show_progress=show_progress)
-    runs = train_comparison(out / "training", size["depth"], size["width"], size["steps"], size["batch"], seed,
+    choice = choose_lrs(out / "training", quick=quick, show_progress=show_progress)
+    runs = train_comparison(out / "training", size["depth"], size["width"], size["steps"], size["batch"],
+                            {k: choice[k]["best_lr"] for k in TUNED if choice[k]["best_lr"] is not None}, seed,
                             show_progress=show_progress)
     write_outputs(out / "training", "training",
                   {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
-                  {k: {f: r[f] for f in ("final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
-                   for k, r in runs.items()},
-                  training_table(runs).markdown(),
+                  {**{k: {f: r[f] for f in ("lr", "final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
+                      for k, r in runs.items()}, "lr_choice": choice},
+                  training_table(runs, choice).markdown(),
                   plot_training(runs, f"decoder, {size['depth']} layers × width {size['width']}"))
     table = summary_table(rank, moments, runs)
     meta = {**size, "quick": quick, "seed": seed, "wall_s": round(time.time() - start, 1)}
     (out / "demo.json").write_text(json.dumps(
         {"meta": meta, "table": {"header": list(table.header), "rows": table.rows}, "rank_collapse": rank,
-         "dslm_moments": moments, "training": runs}, indent=1))
+         "dslm_moments": moments, "training": runs, "lr_choice": choice}, indent=1))
     write_html(out / "report.html", "sigprop demo: signal propagation in deep transformers",
-               sections(out, table, rank, moments, runs, meta),
+               sections(out, table, rank, moments, runs, choice, meta),
                intro="Three measurements at initialization and in training, on the data embedded in the package. "
                      "Background: The Shaped Transformer (Noci et al., NeurIPS 2023) and DeepScaleLM (Kedia et "
                      "al., ICML 2024).")

@@ -8,21 +8,27 @@ Transformer) nor with "Learn".
 Setup: masked LM on the embedded ``pydoc`` corpus (BPE vocab 512, seq 64, 15 % masking), encoder
 of 4 layers, width 64, MLP width 256, 4 heads; 300 steps, batch 16, AdamW as in `shaped_vs_preln` (no weight
 decay, betas 0.9/0.999), warmup and Recover over the first 10 % of steps. Shaped: γ = 0.1, τ₀ = 1,
-λ and γ trained, the paper's training parametrization (``qk_scaling="init"``, see `shaped_vs_preln`);
-the same two shaped models in the τ = √(n·n_k) parametrization (``qk_scaling="temperature"``, identical
-at init, logits n^{1/4}× slower under Adam) are trained beside them and reported, not judged: the
-calibration below was made with them, before the paper's parametrization was available. Every 15 steps the trainer's `Diagnostics` callback measures, on a fixed
-validation batch, the softmax row entropy −Σ_j p_ij log p_ij averaged over rows, heads and batch
-for each attention sublayer; we keep its mean and its minimum over the sublayers.
+λ and γ trained, in both parametrizations: the paper's training form (``qk_scaling="init"``: τ = √n_k,
+W_Q, W_K ~ N(0, n^{-3/2})) and τ = √(n·n_k) (``qk_scaling="temperature"``; identical at init, logits
+n^{1/4}× slower under Adam). Every model runs at every lr of a grid of large lrs (`LARGE_LRS`, ≥ 3 values)
+for seeds 0, 1, 2: the claim is about a regime, so no lr is chosen and no seed is spent on tuning. If
+Pre-LN's seed-mean entropy stays above the threshold at every lr, the grid is extended upward by one step
+(the ratio of its two largest lrs), at most twice, and the extension recorded.
 
-The large lr, 3e-2 for both models, was chosen by a seed-0 calibration at this size: at 1e-2 the
-Pre-LN minimum entropy ended at 2.0 nats (no collapse), at 3e-2 at 0.26 nats.
+Measured every 15 steps by the trainer's `Diagnostics` callback on a fixed validation batch: per attention
+sublayer the softmax row entropy −Σ_j p_ij log p_ij averaged over rows, heads and batch (the paper's
+measure); its mean over layers is judged, its minimum over layers reported. Beside it, the quantities that
+explain a collapse: the largest attention logit per layer and the residual-stream RMS √(var + mean²) after
+every sublayer (`tuning.layer_stats`).
 
-Verdict rule (fixed before the full run): a run *collapses* if its final minimum-over-sublayers
-attention entropy is below 10 % of log T (the entropy of uniform attention over T = 64 keys, the
-largest possible): 0.42 nats; for a diverged run, its last measurement counts. *Reproduced* if every
-Pre-LN seed collapses and no seed of a shaped model in the paper's parametrization does; *partly* if only the seed means say so (Pre-LN's mean final minimum entropy below the
-threshold, every shaped model's above); else *not reproduced*.
+Verdict rule: `sigprop.experiments.verdicts.entropy_collapse` on the final layer-mean entropy, threshold
+10 % of log T (uniform attention over T = 64 keys): 0.42 nats; for a diverged run its last measurement
+counts. The verdict is on the paper's parametrization; the same rule on the τ = √(n·n_k) models is
+reported beside (``verdict_temperature``).
+
+Wall time (estimate, from timed points: one 300-step run ≈ 14 s with a second beside it on the 2-core
+machine): 5 models × 3 lrs × 3 seeds = 45 runs ≈ 6–11 min with ``jobs=2``, up to 75 runs ≈ 18 min with
+both grid extensions.
 
     from sigprop.experiments import entropy_collapse
     summary = entropy_collapse.run("runs/claims")      # entropy-collapse.json / .png / .md
@@ -30,7 +36,6 @@ threshold, every shaped model's above); else *not reproduced*.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,22 +46,28 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from . import verdicts  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .shaped_vs_preln import DATA, MODEL, OPTIM, shaped_model, warmup  # noqa: E402
-from .training import finished, mean_curve, seed_stats, train_run  # noqa: E402
+from .shaped_vs_preln import DATA, MODEL, shaped_model, tables  # noqa: E402
+from .training import finished, mean_curve, resolve_sizes  # noqa: E402
+from .tuning import MAX_EXTEND, layer_stats, sweep_runs  # noqa: E402
 
 NAME = "entropy-collapse"
-LARGE_LR = 3e-2
+BASELINE = "Pre-LN"
+LARGE_LRS = (1e-2, 3e-2, 1e-1)
 GAMMA = 0.1
 COLLAPSE_FRACTION = 0.1
-ALT = " (τ=√(n·n_k))"     # label suffix of the shaped models in the theory parametrization
-MODELS = {"Pre-LN": {"scheme": "preln"}, "shaped recover": shaped_model("recover", GAMMA),
+FF_MULT = 4
+SEEDS = (0, 1, 2)
+ALT = " (τ=√(n·n_k))"     # label suffix of the shaped models in the τ = √(n·n_k) parametrization
+MODELS = {BASELINE: {"scheme": "preln"}, "shaped recover": shaped_model("recover", GAMMA),
           "shaped learn": shaped_model("learn", GAMMA),
           "shaped recover" + ALT: shaped_model("recover", GAMMA, "temperature"),
           "shaped learn" + ALT: shaped_model("learn", GAMMA, "temperature")}
-FULL = {"steps": 300, "batch_size": 16, "n_layers": 4, "d_model": 64}
-QUICK = {"steps": 12, "batch_size": 8, "n_layers": 2, "d_model": 32}
+FULL = {"steps": 300, "batch_size": 16, "n_layers": 4, "d_model": 64, "eval_batches": 4, "jobs": 2,
+        "max_extend": MAX_EXTEND}
+QUICK = {"steps": 12, "batch_size": 8, "n_layers": 2, "d_model": 32, "eval_batches": 2, "jobs": 1, "max_extend": 0}
 
 
 def threshold(seq_len: int) -> float:
@@ -64,42 +75,67 @@ def threshold(seq_len: int) -> float:
     return COLLAPSE_FRACTION * math.log(seq_len)
 
 
+def final_state(run: dict[str, Any]) -> dict[str, Any]:
+    """The last diagnostics measurement of a run (its last before a divergence): layer-mean and minimum
+    attention entropy, and per layer the entropy, largest logit and stream RMS (`tuning.layer_stats`)."""
+    if not run["diag_layers"]:
+        return {"entropy": math.nan, "min_entropy": math.nan, "attn_entropy": [], "max_logit": [], "stream_rms": []}
+    stats = layer_stats(run["diag_layers"][-1][1])
+    e = stats["attn_entropy"]
+    return {"entropy": float(np.mean(e)), "min_entropy": float(np.min(e)), **stats}
+
+
+def per_lr(runs: Sequence[dict[str, Any]], key: str) -> dict[str, list[Any]]:
+    """{str(lr): [final_state(run)[key] per seed]} over one model's runs."""
+    out: dict[str, list[Any]] = {}
+    for r in runs:
+        out.setdefault(f"{r['lr']:g}", []).append(final_state(r)[key])
+    return out
+
+
+def judge(summary: dict[str, Any], temperature: bool = False) -> tuple[str, str]:
+    """(verdict, reason): `verdicts.entropy_collapse` on a summary's numbers (as saved in entropy-collapse.json),
+    Pre-LN against the shaped models of the paper's parametrization (or, ``temperature``, of τ = √(n·n_k))."""
+    models, limit = summary["models"], summary["threshold"]
+    as_float = lambda d: {float(k): v for k, v in d.items()}  # noqa: E731
+    shaped = {k: as_float(m["final_entropy"]) for k, m in models.items()
+              if k != BASELINE and k.endswith(ALT) == temperature}
+    return verdicts.entropy_collapse(as_float(models[BASELINE]["final_entropy"]), shaped, limit)
+
+
 def diag_curves(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """Seed-mean mean and minimum attention entropy vs step (runs that did not diverge)."""
+    """Seed-mean layer-mean and minimum attention entropy vs step (runs that did not diverge)."""
     diags = finished(runs, "diag")
     mean, low = mean_curve(diags, 1), mean_curve(diags, 2)
     return {"step": mean["step"], "mean_entropy": mean["mean"], "min_entropy": low["mean"]}
 
 
-def verdict(final_min: dict[str, list[float]], limit: float) -> tuple[str, str]:
-    """(verdict, reason) from each model's per-seed final minimum entropy under the module's rule; the
-    verdict is on the paper's models (Pre-LN and the shaped models in the paper's training
-    parametrization), the τ = √(n·n_k) models are reported in the reason."""
-    pre = np.asarray(final_min["Pre-LN"])
-    shaped = {k: np.asarray(v) for k, v in final_min.items() if k != "Pre-LN" and not k.endswith(ALT)}
-    numbers = "; ".join(f"{k} {np.mean(v):.2f} (seeds {', '.join(f'{x:.2f}' for x in v)})"
-                        for k, v in final_min.items())
-    reason = f"final minimum attention entropy vs threshold {limit:.2f} nats: {numbers}"
-    if (pre < limit).all() and all((v >= limit).all() for v in shaped.values()):
-        return "reproduced", reason + "; Pre-LN collapses in every seed, shaped in none."
-    if pre.mean() < limit and all(v.mean() >= limit for v in shaped.values()):
-        return "partly", reason + "; the collapse separates the models in the seed mean only."
-    return "not reproduced", reason + "."
-
-
-def plot(data: dict[str, Any], limit: float) -> Any:
-    """Left: mean (solid) and minimum (dashed) attention entropy vs step; right: validation loss."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, (label, d) in enumerate(data.items()):
-        c, color = d["entropy"], f"C{i}"
-        a.plot(c["step"], c["mean_entropy"], color=color, label=f"{label} mean")
-        a.plot(c["step"], c["min_entropy"], color=color, ls="--", label=f"{label} min")
-        b.plot(d["val_curve"]["step"], d["val_curve"]["mean"], color=color, label=label)
-    a.axhline(limit, color="grey", ls=":", label="collapse threshold")
-    a.set(xlabel="step", ylabel="attention entropy (nats)", title="attention entropy (mean over seeds)")
-    a.legend(fontsize=7)
-    b.set(xlabel="step", ylabel="validation MLM loss (nats)", title="validation loss (mean over seeds)")
-    b.legend(fontsize=7)
+def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
+    """Left: final layer-mean entropy vs lr (seeds as dots, mean as a line); middle: layer-mean entropy vs
+    step at the largest lr; right: final largest attention logit vs lr (mean over layers and seeds)."""
+    limit, models = summary["threshold"], summary["models"]
+    top = f"{max(summary['lr_grid']):g}"
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4.5))
+    for i, (label, m) in enumerate(models.items()):
+        color, ls = f"C{i}", "--" if label.endswith(ALT) else "-"
+        lrs = [float(k) for k in m["final_entropy"]]
+        means = [np.nanmean(v) for v in m["final_entropy"].values()]
+        a.plot(lrs, means, ls=ls, color=color, label=label)
+        for lr, v in zip(lrs, m["final_entropy"].values()):
+            a.scatter([lr] * len(v), v, s=8, color=color)
+        curve = data[label]["entropy"][top]
+        b.plot(curve["step"], curve["mean_entropy"], ls=ls, color=color, label=label)
+        c.plot(lrs, [np.nanmean([np.mean(x) for x in v if x]) if any(v) else np.nan
+                     for v in m["max_logit"].values()], ls=ls, color=color, marker="o", ms=3, label=label)
+    for ax in (a, b):
+        ax.axhline(limit, color="grey", ls=":", label="collapse threshold")
+    a.set(xscale="log", xlabel="peak lr", ylabel="final attention entropy (layer mean, nats)",
+          title="entropy at the end of training")
+    b.set(xlabel="step", ylabel="attention entropy (layer mean, nats)", title=f"entropy vs step, lr {top}")
+    c.set(xscale="log", yscale="log", xlabel="peak lr", ylabel="largest attention logit (layer mean)",
+          title="the cause: attention logits")
+    for ax in (a, b, c):
+        ax.legend(fontsize=7)
     return fig
 
 
@@ -107,82 +143,105 @@ CLAIM = ("**Claim** (Shaped Transformer, App. D, Fig. 6): \"for the large learni
          "collapses for the baseline model, but not for the proposed shaped Transformer\", including the "
          "Recover variant, which ends as a softmax Transformer without LayerNorm. Judged on the paper's training "
          "parametrization (τ = √n_k, W_Q, W_K ~ N(0, n^-3/2)); the rows marked τ=√(n·n_k) are the same models "
-         "with the whole temperature in the logit scale (identical at init), reported beside.")
+         "with the whole temperature in the logit scale (identical at init), judged beside.")
 
 
 def table(summary: dict[str, Any]) -> Table:
-    """One row per model: final minimum and mean attention entropy, collapsed seeds, final loss, diverged."""
-    ms = lambda d, f: f"{d['mean']:{f}} ± {d['std']:{f}}"  # noqa: E731
-    return Table(["model", "final min entropy", "final mean entropy", "collapsed seeds", "final val loss", "diverged"],
-                 [[k, ms(v["final_min_entropy"], ".2f"), ms(v["final_mean_entropy"], ".2f"),
-                   f"{v['collapsed_seeds']}/{len(summary['seeds'])}", ms(v["final_val_loss"], ".3f"), v["diverged"]]
-                  for k, v in summary["models"].items()])
+    """One row per model and lr: final layer-mean and minimum entropy, collapsed seeds, largest logit, stream
+    RMS at the last sublayer, final loss."""
+    ms = lambda v, f: f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"  # noqa: E731
+    rows = []
+    for k, m in summary["models"].items():
+        for lr, e in m["final_entropy"].items():
+            logits = [max(x) for x in m["max_logit"][lr] if x]
+            rms = [x[-1] for x in m["stream_rms"][lr] if x]
+            rows.append([k, lr, ms(e, ".2f"), ms(m["final_min_entropy"][lr], ".2f"),
+                         f"{m['collapsed_seeds'][lr]}/{len(e)}", ms(logits, ".3g") if logits else "–",
+                         ms(rms, ".3g") if rms else "–", ms(m["final_loss"][lr], ".3f")])
+    return Table(["model", "lr", "final entropy (layer mean)", "final min entropy", "collapsed seeds",
+                  "largest logit", "stream RMS (last)", "final val loss"], rows)
 
 
 def markdown(summary: dict[str, Any]) -> str:
     """The results section: claim, setup (from ``summary["setup"]``), `table`, verdict."""
     s, cfg = summary, summary["setup"]
+    ext = f" Grid extended: {'; '.join(s['extended'])}." if s["extended"] else ""
     return (
         f"## {NAME} — Pre-LN attention entropy collapses at a large lr, shaped does not\n\n{CLAIM}\n\n"
         f"**Setup.** Masked LM on the `pydoc` corpus (vocab {cfg['vocab_size']}, seq {cfg['seq_len']}); encoder, "
-        f"{cfg['n_layers']} layers, width {cfg['d_model']}, {cfg['n_heads']} heads; {cfg['steps']} steps, batch "
-        f"{cfg['batch_size']}, AdamW (no weight decay) at lr {cfg['lr']:g} for every model, warmup "
-        f"{cfg['warmup']} steps (= Recover length); shaped γ = {GAMMA}, τ₀ = 1. Attention entropy every "
-        f"{cfg['diag_every']} steps on a fixed validation batch; collapse = final minimum-over-layers entropy "
-        f"< {COLLAPSE_FRACTION:g}·log T = {s['threshold']:.2f} nats. Seeds {s['seeds']}.\n\n"
+        f"{cfg['n_layers']} layers, width {cfg['d_model']}, MLP width {FF_MULT * cfg['d_model']}, {cfg['n_heads']} "
+        f"heads; {cfg['steps']} steps, batch {cfg['batch_size']}, AdamW (no weight decay), every model at every lr "
+        f"of {', '.join(f'{x:g}' for x in s['lr_grid'])}, warmup {cfg['warmup']} steps (= Recover length); shaped "
+        f"γ = {GAMMA}, τ₀ = 1. Attention entropy (per layer averaged over rows, heads and batch; judged: its mean "
+        f"over layers) every {cfg['diag_every']} steps on a fixed validation batch; collapse = final entropy "
+        f"< {COLLAPSE_FRACTION:g}·log T = {s['threshold']:.2f} nats. Seeds {s['seeds']}.{ext}\n\n"
         f"{table(s).markdown()}\n"
-        f"**Verdict: {s['verdict']}.** {s['verdict_reason']}\n")
+        f"**Verdict: {s['verdict']}.** {s['verdict_reason']} τ = √(n·n_k) models under the same rule: "
+        f"{s['verdict_temperature']} ({s['verdict_temperature_reason']})\n")
 
 
-def measure(quick: bool = False, seeds: Sequence[int] = (0, 1, 2), lr: float = LARGE_LR,
-            steps: int | None = None, batch_size: int | None = None, n_layers: int | None = None,
-            d_model: int | None = None, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train each model at ``lr`` for every seed with attention diagnostics; return (data: entropy and loss
-    curves per model, summary: per-model statistics, the verdict and the setup). ``quick``: 12 steps,
-    2 layers, width 32, batch 8, seed 0 only; explicit sizes override either size."""
+def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEEDS,
+            lrs: Sequence[float] = LARGE_LRS, show_progress: bool = True, **sizes: Any
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train each model at every lr for every seed (runs in ``out_dir/sweeps``), extending the grid upward
+    while Pre-LN's seed-mean entropy stays above the threshold (at most ``max_extend`` times); return (data:
+    entropy and loss curves per model and lr, summary: per-model numbers, the verdicts and the setup).
+    ``quick``: 12 steps, 2 layers, width 32, batch 8, the first seed at the middle lr, no extension;
+    ``sizes`` override the size's keys (steps, batch_size, n_layers, d_model, eval_batches, jobs, max_extend)."""
     start = time.time()
-    size = dict(QUICK if quick else FULL)
-    size.update({k: v for k, v in {"steps": steps, "batch_size": batch_size, "n_layers": n_layers,
-                                    "d_model": d_model}.items() if v is not None})
-    seeds = list(seeds[:1] if quick else seeds)
-    n, model = size["steps"], {**MODEL, "n_layers": size["n_layers"], "d_model": size["d_model"]}
-    train_cfg = {"steps": n, "batch_size": size["batch_size"], "eval_every": max(1, n // 10),
-                 "diag_every": max(1, n // 20)}
-    results: dict[str, list[dict[str, Any]]] = {label: [] for label in MODELS}
-    jobs = [(label, seed) for seed in seeds for label in MODELS]
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, seed) in enumerate(progress(jobs, desc=NAME, enabled=show_progress)):
-            extra = {"recover_steps": warmup(n)} if MODELS[label].get("shaping") == "recover" else {}
-            results[label].append(train_run(Path(tmp) / f"run{i:03d}", {**model, **MODELS[label]}, data=DATA,
-                                            optim={**OPTIM, "lr": lr, "warmup_steps": warmup(n)},
-                                            train_cfg={**train_cfg, **extra}, seed=seed))
-
-    last = {label: [r["diag"][-1] if r["diag"] else [0, math.nan, math.nan, math.nan] for r in rs]
-            for label, rs in results.items()}
+    size = resolve_sizes(QUICK if quick else FULL, sizes)
+    seeds, grid = (list(seeds[:1]), list(lrs[1:2])) if quick else (list(seeds), sorted(lrs))
+    if size["max_extend"] and len(grid) < 2:
+        raise ValueError(f"lrs needs at least 2 values to extend the grid, got {list(lrs)}")
+    diag_every = max(1, size["steps"] // 20)
     limit = threshold(DATA["seq_len"])
-    final_min = {label: [d[2] for d in ds] for label, ds in last.items()}
-    name, reason = verdict(final_min, limit)
-    per_model = {label: {"final_min_entropy": seed_stats(final_min[label]),
-                         "final_mean_entropy": seed_stats(d[1] for d in last[label]),
-                         "collapsed_seeds": int(sum(v < limit for v in final_min[label])),
-                         "final_val_loss": seed_stats(r["final_val_loss"] for r in rs),
-                         "initial_val_loss": seed_stats(r["initial_val_loss"] for r in rs),
-                         "diverged": sum(r["diverged"] for r in rs)} for label, rs in results.items()}
-    summary = {"verdict": name, "verdict_reason": reason, "seeds": seeds, "wall_s": round(time.time() - start, 1),
-               "lr": lr, "threshold": limit, "models": per_model,
-               "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "lr": lr, "warmup": warmup(n),
-                         "diag_every": train_cfg["diag_every"]}}
-    data = {label: {"entropy": diag_curves(rs), "val_curve": mean_curve(finished(rs, "val_curve")),
-                    "train_curve": mean_curve(finished(rs, "train_curve")),
-                    "diag_per_seed": [r["diag"] for r in rs], "errors": [r["error"] for r in rs]}
-            for label, rs in results.items()}
+    sweeps = Path(out_dir) / "sweeps"
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in MODELS}
+    extended: list[str] = []
+    todo = grid
+    while todo:
+        for label in progress(list(MODELS), f"{NAME} lr {', '.join(f'{x:g}' for x in todo)}", enabled=show_progress):
+            runs[label] += sweep_runs(sweeps, tables(size, MODELS[label], FF_MULT, diag_every), todo, seeds,
+                                      size["jobs"])
+        pre = per_lr(runs[BASELINE], "entropy")
+        todo = []
+        if len(extended) < size["max_extend"] and all(np.nanmean(v) >= limit for v in pre.values()):
+            new = grid[-1] * grid[-1] / grid[-2]
+            extended.append(f"{BASELINE} did not collapse up to lr {grid[-1]:g}: added {new:g}")
+            grid, todo = grid + [new], [new]
+    per_model = {}
+    for label, rs in runs.items():
+        loss = {}
+        for r in rs:
+            loss.setdefault(f"{r['lr']:g}", []).append(r["final_val_loss"])
+        best = min(loss, key=lambda k: np.mean(loss[k]) if np.isfinite(loss[k]).all() else math.inf)
+        entropy = per_lr(rs, "entropy")
+        per_model[label] = {"lr_grid": grid, "best_lr": float(best), "seeds": seeds, "final_loss": loss,
+                            "final_entropy": entropy, "final_min_entropy": per_lr(rs, "min_entropy"),
+                            "collapsed_seeds": {k: int(sum(not x >= limit for x in v)) for k, v in entropy.items()},
+                            "attn_entropy": per_lr(rs, "attn_entropy"), "max_logit": per_lr(rs, "max_logit"),
+                            "stream_rms": per_lr(rs, "stream_rms"),
+                            "diverged": {k: sum(r["diverged"] for r in rs if f"{r['lr']:g}" == k) for k in loss}}
+    summary = {"seeds": seeds, "lr_grid": grid, "extended": extended, "wall_s": round(time.time() - start, 1),
+               "threshold": limit, "models": per_model,
+               "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": max(1, size["steps"] // 10),
+                         "diag_every": diag_every}}
+    (name, reason), (alt, alt_reason) = judge(summary), judge(summary, temperature=True)
+    summary = {"verdict": name, "verdict_reason": reason, "verdict_temperature": alt,
+               "verdict_temperature_reason": alt_reason, **summary}
+    data = {label: {"entropy": {f"{lr:g}": diag_curves([r for r in rs if r["lr"] == lr]) for lr in grid},
+                    "val_curve": {f"{lr:g}": mean_curve(finished([r for r in rs if r["lr"] == lr], "val_curve"))
+                                  for lr in grid},
+                    "diag_layers_per_run": [{"lr": r["lr"], "seed": r["seed"], "diag_layers": r["diag_layers"]}
+                                            for r in rs],
+                    "errors": [r["error"] for r in rs]}
+            for label, rs in runs.items()}
     return data, summary
 
 
-def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = (0, 1, 2), lr: float = LARGE_LR,
-        steps: int | None = None, batch_size: int | None = None, n_layers: int | None = None,
-        d_model: int | None = None, show_progress: bool = True) -> dict[str, Any]:
+def run(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEEDS, lrs: Sequence[float] = LARGE_LRS,
+        show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
     """`measure` → `markdown` (with `table`) + `plot`, written as ``entropy-collapse.{json,md,png}``; returns the
     summary. Arguments as for `measure`."""
-    data, summary = measure(quick, seeds, lr, steps, batch_size, n_layers, d_model, show_progress)
-    return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary["threshold"]))
+    data, summary = measure(out_dir, quick, seeds, lrs, show_progress, **sizes)
+    return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary))

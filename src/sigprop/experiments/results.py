@@ -1,16 +1,22 @@
 """Collect the claim runners' Markdown sections (those whose summary carries a ``verdict``) into one RESULTS.md with a verdict table on top."""
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from pathlib import Path
 from typing import Sequence
 
+# the training claims whose rule recomputes the verdict from NAME.json: name -> runner module with judge(summary)
+JUDGED = {"shaped-vs-preln": "shaped_vs_preln", "entropy-collapse": "entropy_collapse", "dslm-depth": "dslm_depth",
+          "deep-thin": "deep_thin"}
+
 HEADER = """# Reproducing the papers' claims at CPU scale
 
 Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown, in `runs/reproduce/NAME/`);
 `sigprop reproduce all --docs docs` regenerates this file. Machine: 2 CPU cores, no GPU. Verdict rules are
-fixed in each runner's docstring (`src/sigprop/experiments/`), before the full runs. The figure
+code, fixed before the full runs: `src/sigprop/experiments/verdicts.py` for the training claims (each model
+at its own lr, chosen on an unscored seed from a grid that brackets it), each runner's docstring for the others. The figure
 reproductions have their own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
 Transformer, Figs. 1, 2, 4, 5) and [RESULTS_dslm_moments.md](RESULTS_dslm_moments.md) (DeepScaleLM moments).
 What the verdicts mean at this scale, with the measurements made beside them:
@@ -47,3 +53,15 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
             shutil.copyfile(root / n / f"{n}.png", docs / "img" / f"{n}.png")
         (docs / "RESULTS.md").write_text(text)
     return text
+
+
+def rejudge(root: str | Path, names: Sequence[str] = tuple(JUDGED)) -> dict[str, tuple[str, str]]:
+    """(verdict, reason) of every claim in ``names`` with a rule in `JUDGED` and a ``root/NAME/NAME.json``,
+    recomputed by its runner's ``judge`` from the saved numbers alone."""
+    out = {}
+    for n in names:
+        path = Path(root) / n / f"{n}.json"
+        if n in JUDGED and path.exists():
+            judge = importlib.import_module(f"sigprop.experiments.{JUDGED[n]}").judge
+            out[n] = judge(json.loads(path.read_text())["summary"])
+    return out

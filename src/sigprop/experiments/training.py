@@ -65,8 +65,8 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
 
     ``final_val_loss`` and ``final_val_acc`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
     ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss, pre-clip gradient norm]], ``diag`` [[step, mean attention
-    entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diverged``,
-    ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
+    entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diag_layers`` (`read_run`),
+    ``diverged``, ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
     and ``train.seed`` are set here, every other key is validated as usual.
     """
     run_dir = Path(out_dir)
@@ -83,22 +83,30 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
         if trainer.stop_reason is not None:   # Ctrl-C / SIGTERM: the run saved itself; stop the experiment too
             raise KeyboardInterrupt(f"{run_dir}: interrupted ({trainer.stop_reason}) at step "
                                     f"{trainer.state.step}; its checkpoint is saved")
-    wall = time.perf_counter() - start
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    return {"seed": seed, "params": param_count(cfg.model), **read_run(run_dir, error),
+            "wall_s": round(time.perf_counter() - start, 2)}
+
+
+def read_run(run_dir: str | Path, error: str | None = None) -> dict[str, Any]:
+    """A finished run's record from its ``metrics.jsonl``: the keys `train_run` documents except ``seed``,
+    ``params`` and ``wall_s``, plus ``diag_layers`` [[step, [per-sublayer row of the diagnostics]]] (the
+    `sigprop.records.Record` fields: attention entropy and largest logit per attention sublayer, output
+    mean and variance of every sublayer). ``error``: the run's NaN/Inf message, if it stopped on one."""
+    records = read_jsonl(Path(run_dir) / "metrics.jsonl")
     evals = [r for r in records if r["kind"] == "eval"]
     val = [[r["step"], r["loss"]] for r in evals]
     steps = [[r["step"], r["loss"], r["grad_norm"]] for r in records if r["kind"] == "train"]
-    diag = [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]]
-            for r in records if r["kind"] == "diag"]
+    diags = [r for r in records if r["kind"] == "diag"]
     finite = [v for _, v in val if math.isfinite(v)]
     diverged = error is not None or not finite or not math.isfinite(val[-1][1])
-    return {"seed": seed, "params": param_count(cfg.model),
-            "final_val_loss": math.nan if diverged else val[-1][1],
+    return {"final_val_loss": math.nan if diverged else val[-1][1],
             "final_val_acc": math.nan if diverged else evals[-1]["acc"],
             "best_val_loss": min(finite) if finite else math.nan,
             "initial_val_loss": val[0][1] if val else math.nan,
-            "val_curve": val, "train_curve": steps, "diag": diag, "diverged": diverged, "error": error,
-            "steps_done": steps[-1][0] if steps else 0, "wall_s": round(wall, 2)}
+            "val_curve": val, "train_curve": steps,
+            "diag": [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]] for r in diags],
+            "diag_layers": [[r["step"], r["layers"]] for r in diags],
+            "diverged": diverged, "error": error, "steps_done": steps[-1][0] if steps else 0}
 
 
 def unigram_loss(run_dir: str | Path) -> float:
@@ -112,6 +120,15 @@ def unigram_loss(run_dir: str | Path) -> float:
     n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
     targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
     return float(-(counts / counts.sum()).log()[targets].mean())
+
+
+def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's sizes: ``base`` (its FULL or QUICK table) with ``overrides`` laid over it; an override
+    that names no key of ``base`` raises ValueError listing the valid ones."""
+    unknown = sorted(set(overrides) - set(base))
+    if unknown:
+        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
+    return {**base, **overrides}
 
 
 def seed_stats(values: Iterable[float]) -> dict[str, Any]:

@@ -76,7 +76,7 @@ class ModelConfig:
     n_heads: int = 4                  # attention heads; d_model % n_heads == 0
     d_ff: int | None = None           # MLP hidden width; None → 4·d_model
     max_seq_len: int = 128            # longest sequence (learned position table size)
-    scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm
+    scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep | gpt2
     norm: str | None = None           # preln | postln | none; None → the scheme's default
     norm_type: str = "layernorm"      # layernorm | rmsnorm
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)

@@ -6,13 +6,14 @@ from .base import OptimRule, ParamInfo, Scheme, Site, initialize
 from .deepnorm import DeepNorm
 from .depth import CompleteP, DepthMuP
 from .dslm import DSLM
+from .gpt2 import GPT2
 from .postln import PostLN
 from .preln import PreLN
 from .shaped import Shaped
 from .vanilla import Vanilla
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm(),
-                                                 DepthMuP(), CompleteP())}
+                                                 DepthMuP(), CompleteP(), GPT2())}
 
 
 def get_scheme(name: str) -> Scheme:

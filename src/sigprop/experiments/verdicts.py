@@ -1,0 +1,240 @@
+"""The claims' verdict rules as pure functions of plain numbers, fixed before the full runs.
+
+Every runner writes its numbers to ``<out>/<claim>.json``; calling the function named after the claim on
+those numbers gives the verdict back, so the verdict table can be regenerated from the JSON alone.
+
+A *tuned model* is a mapping with
+
+* ``lr_grid``: every peak lr tried on the tuning seed, ascending;
+* ``tuning_loss``: the final validation loss at each of them (NaN or inf = diverged);
+* ``tuning_seed``: the seed of those runs, never a scored seed;
+* ``seeds`` and ``final_loss``: the scored seeds and their final validation loss at the chosen lr.
+
+The rule shared by every claim (`tuning_problems`): the chosen lr is the grid lr with the lowest finite
+tuning loss (`best_lr`); a comparison is *inconclusive* if that lr sits at an edge of the grid (the optimum
+may lie outside it; the runners extend the grid in that direction first and say so), if every lr
+diverged, if the tuning seed is also scored, or if fewer than ``min_seeds`` seeds are scored.
+Verdicts: "reproduced", "partly", "not reproduced", "inconclusive".
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
+Model = Mapping[str, Any]
+
+
+def best_lr(lr_grid: Sequence[float], losses: Sequence[float]) -> tuple[float | None, bool]:
+    """(lr with the lowest finite loss, whether it is the smallest or largest lr of the grid); (None, False)
+    when every lr diverged. A grid of one lr is all edge."""
+    finite = [(loss, lr) for lr, loss in zip(lr_grid, losses) if math.isfinite(loss)]
+    if not finite:
+        return None, False
+    lr = min(finite)[1]
+    return lr, lr in (min(lr_grid), max(lr_grid))
+
+
+def tuning_problems(label: str, m: Model, min_seeds: int) -> list[str]:
+    """Why ``m``'s scored numbers cannot be judged (empty when they can), by the shared rule above."""
+    out = []
+    lr, edge = best_lr(m["lr_grid"], m["tuning_loss"])
+    if lr is None:
+        out.append(f"{label}: every lr of its grid diverged on the tuning seed")
+    elif edge:
+        out.append(f"{label}: best lr {lr:g} is at the edge of its grid "
+                   f"{', '.join(f'{x:g}' for x in m['lr_grid'])}")
+    if m["tuning_seed"] in m["seeds"]:
+        out.append(f"{label}: tuning seed {m['tuning_seed']} is also scored")
+    if len(m["seeds"]) < min_seeds:
+        out.append(f"{label}: {len(m['seeds'])} scored seed(s), the rule needs {min_seeds}")
+    return out
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean (NaN if any value is not finite: a diverged seed) and sample std (0 for one value)."""
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean()) if np.isfinite(v).all() else math.nan
+    return mean, float(v.std(ddof=1)) if len(v) > 1 else 0.0
+
+
+def _inconclusive(problems: list[str]) -> tuple[str, str]:
+    return "inconclusive", "; ".join(problems) + "."
+
+
+SHAPED_TOLERANCE = {"reproduced": 0.05, "partly": 0.10}
+
+
+def shaped_vs_preln(models: Mapping[str, Model], baseline: str = "Pre-LN", min_seeds: int = 3
+                    ) -> tuple[str, str]:
+    """Shaped Transformer vs a tuned Pre-LN (Noci et al. 2023, App. D: "comparable performance").
+
+    Every model (the baseline and each shaped variant) is a tuned model with its own lr. With
+    gap_v = mean_v / mean_baseline − 1 over the scored seeds (a diverged seed makes a variant's gap +inf):
+    *reproduced* if every shaped variant has gap ≤ +5 %; *partly* if at least one has gap ≤ +5 % or all
+    have gap ≤ +10 %; else *not reproduced*. *Inconclusive* under the shared tuning rule (≥ 3 scored seeds)
+    or if the baseline diverges on a scored seed at its own lr."""
+    problems = [p for label, m in models.items() for p in tuning_problems(label, m, min_seeds)]
+    base, base_std = mean_std(models[baseline]["final_loss"])
+    if not math.isfinite(base):
+        problems.append(f"{baseline} diverged on a scored seed at its own lr")
+    if problems:
+        return _inconclusive(problems)
+    gaps = {}
+    for label, m in models.items():
+        if label != baseline:
+            mean = mean_std(m["final_loss"])[0]
+            gaps[label] = mean / base - 1 if math.isfinite(mean) else math.inf
+    within = [g <= SHAPED_TOLERANCE["reproduced"] for g in gaps.values()]
+    if all(within):
+        name = "reproduced"
+    elif any(within) or all(g <= SHAPED_TOLERANCE["partly"] for g in gaps.values()):
+        name = "partly"
+    else:
+        name = "not reproduced"
+    detail = "; ".join(f"{k} {_loss(models[k])} ({g:+.1%})" for k, g in gaps.items())
+    return name, (f"seed-mean final val loss, each model at its own tuned lr: {baseline} "
+                  f"{base:.3f} ± {base_std:.3f}; {detail} (rule: every variant ≤ +5 % reproduced; one ≤ +5 % "
+                  f"or all ≤ +10 % partly).")
+
+
+def _loss(m: Model) -> str:
+    mean, std = mean_std(m["final_loss"])
+    return f"{mean:.3f} ± {std:.3f} at lr {best_lr(m['lr_grid'], m['tuning_loss'])[0]:g}"
+
+
+def entropy_collapse(baseline: Mapping[float, Sequence[float]], shaped: Mapping[str, Mapping[float, Sequence[float]]],
+                     limit: float, min_seeds: int = 3, min_lrs: int = 3) -> tuple[str, str]:
+    """Attention entropy collapse at a large lr (Noci et al. 2023, App. D, Fig. 6).
+
+    Arguments: lr → per-seed final attention entropy (per layer the softmax row entropy averaged over
+    rows, heads and batch, as the paper measures it; then averaged over layers) for the Pre-LN
+    ``baseline`` and for each ``shaped`` model; every model runs at every lr of one grid of large lrs
+    (no lr is chosen, so no seed is spent on tuning). A seed *collapses* below ``limit``; a NaN entropy
+    counts against the claim (collapsed for shaped, not collapsed for Pre-LN).
+
+    With C = the lrs at which every Pre-LN seed collapses: *reproduced* if C is not empty and at every lr
+    of C no seed of any shaped model collapses; *partly* if, at some lr, Pre-LN's seed mean is below the
+    limit and every shaped model's seed mean is at or above it; *not reproduced* otherwise.
+    *Inconclusive* if Pre-LN's seed mean stays at or above the limit at every lr (the grid does not reach
+    the regime of the claim; the runner extends it upward first), if the grid has fewer than ``min_lrs``
+    lrs, or if any model has fewer than ``min_seeds`` seeds at an lr."""
+    lrs = sorted(baseline)
+    problems = [f"{len(lrs)} lr(s), the rule needs {min_lrs}"] if len(lrs) < min_lrs else []
+    for label, per_lr in {"Pre-LN": baseline, **shaped}.items():
+        problems += [f"{label} at lr {lr:g}: {len(v)} seed(s), the rule needs {min_seeds}"
+                     for lr, v in per_lr.items() if len(v) < min_seeds]
+    pre = {lr: np.asarray(baseline[lr], dtype=float) for lr in lrs}
+    if not any(np.nanmean(v) < limit for v in pre.values() if np.isfinite(v).any()):
+        problems.append(f"Pre-LN's seed-mean entropy stays ≥ {limit:.2f} nats at every lr up to {lrs[-1]:g}")
+    numbers = "; ".join(f"lr {lr:g}: " + ", ".join(f"{k} {np.mean(v[lr]):.2f}" for k, v in
+                                                   {"Pre-LN": baseline, **shaped}.items()) for lr in lrs)
+    if problems:
+        return "inconclusive", "; ".join(problems) + f" ({numbers})."
+    sh = {k: {lr: np.asarray(v[lr], dtype=float) for lr in lrs} for k, v in shaped.items()}
+    collapse = [lr for lr in lrs if (pre[lr] < limit).all()]
+    if collapse and all((v[lr] >= limit).all() for lr in collapse for v in sh.values()):
+        name = "reproduced"
+    elif any(pre[lr].mean() < limit and all(v[lr].mean() >= limit for v in sh.values()) for lr in lrs):
+        name = "partly"
+    else:
+        name = "not reproduced"
+    where = ", ".join(f"{lr:g}" for lr in collapse) or "none"
+    return name, (f"seed-mean final attention entropy (mean over layers) vs {limit:.2f} nats — {numbers}; "
+                  f"lrs where every Pre-LN seed collapses: {where}.")
+
+
+TRAIN_MARGIN = 0.1       # nats below the unigram loss a run must end to count as training
+MIN_STEPS = 300
+
+
+def trains(loss: float, unigram: float, margin: float = TRAIN_MARGIN) -> bool:
+    """A run *trains* if its final held-out loss is finite and at least ``margin`` nats below the unigram
+    loss (the loss of token frequencies, which a model ignoring the context reaches)."""
+    return math.isfinite(loss) and loss <= unigram - margin
+
+
+def largest_stable_lr(m: Model) -> tuple[float | None, bool]:
+    """(largest grid lr whose tuning run trains, whether it is the grid's largest lr); None if none trains.
+    Uses ``m["tuning_unigram"]``, the unigram loss of the tuning seed's split."""
+    ok = [lr for lr, loss in zip(m["lr_grid"], m["tuning_loss"]) if trains(loss, m["tuning_unigram"])]
+    return (max(ok), max(ok) == max(m["lr_grid"])) if ok else (None, False)
+
+
+def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: Mapping[str, Model], steps: int,
+               min_seeds: int = 2) -> tuple[str, str]:
+    """DeepScaleLM's depth claim (Kedia et al. 2024): at 192 layers DSLM trains where the standard init
+    diverges or stalls, and a 1000-layer DSLM model trains.
+
+    Keys of ``dslm`` and ``standard`` are the norm placement ("preln", "postln"). Each DSLM model is a
+    tuned model (constant lr after warmup) whose scored runs are at its own best lr; the standard model of
+    the same norm has its lr grid and tuning losses (for its largest stable lr) and its scored runs at the
+    DSLM model's best lr. Every scored entry also carries ``unigram`` (per seed); tuned entries carry
+    ``tuning_unigram``. ``deep``: the 1000-layer DSLM models' ``seeds``, ``final_loss`` and ``unigram`` at
+    the lr of the DSLM model of the same norm at 192 layers.
+
+    Rule, with `trains` (≥ 0.1 nats below unigram): *reproduced* if every scored DSLM run (192 and 1000
+    layers) trains and no scored standard run at DSLM's lr does; *partly* if every DSLM run trains and some
+    standard run at DSLM's lr fails, or a standard model's largest stable lr is below the DSLM model's of
+    the same norm; *not reproduced* otherwise. *Inconclusive* if runs are shorter than 300 steps, a DSLM
+    model fails the shared tuning rule, or a standard model has fewer than 2 scored seeds."""
+    problems = [f"{steps} steps, the rule needs {MIN_STEPS}"] if steps < MIN_STEPS else []
+    for norm, m in dslm.items():
+        problems += tuning_problems(f"DSLM {norm}", m, min_seeds)
+    for norm, m in standard.items():
+        if len(m["seeds"]) < min_seeds:
+            problems.append(f"standard {norm}: {len(m['seeds'])} scored seed(s), the rule needs {min_seeds}")
+    if problems:
+        return _inconclusive(problems)
+    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]  # noqa: E731
+    dslm_ok = all(all(ok(m)) for m in (*dslm.values(), *deep.values()))
+    std_fail = [not t for m in standard.values() for t in ok(m)]
+    stable = {k: largest_stable_lr(m)[0] for k, m in {**{f"DSLM {n}": m for n, m in dslm.items()},
+                                                       **{f"standard {n}": m for n, m in standard.items()}}.items()}
+    # a standard model with no stable lr on the grid counts as below any DSLM one
+    lower = [n for n in standard if stable[f"DSLM {n}"] is not None
+             and (stable[f"standard {n}"] is None or stable[f"standard {n}"] < stable[f"DSLM {n}"])]
+    if dslm_ok and std_fail and all(std_fail):
+        name = "reproduced"
+    elif dslm_ok and (any(std_fail) or lower):
+        name = "partly"
+    else:
+        name = "not reproduced"
+    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train" for k, m in
+                     {**{f"DSLM {n}": m for n, m in dslm.items()}, **{f"standard {n} at DSLM's lr": m
+                                                                      for n, m in standard.items()},
+                      **{f"{k}": m for k, m in deep.items()}}.items())
+    lrs = ", ".join(f"{k} {'none' if v is None else f'{v:g}'}" for k, v in stable.items())
+    return name, f"{runs}; largest stable lr (tuning seed): {lrs}."
+
+
+def deep_thin(settings: Mapping[str, Mapping[str, Model]], min_seeds: int = 2) -> tuple[str, str]:
+    """DeepScaleLM's deep-thin claim (Kedia et al. 2024): at equal or fewer parameters the deeper-thinner
+    model beats the shallow-wide one.
+
+    ``settings``: name → {"deep-thin": tuned model, "shallow-wide": tuned model}, each shape at its own lr.
+    Per setting, Δ = shallow − deep seed-mean final validation loss and se = √(se_deep² + se_shallow²)
+    (standard errors of the means); deep-thin *wins* if Δ > se (a diverged seed: no win). *Reproduced* if
+    it wins in every setting, *partly* if in some, *not reproduced* if in none; *inconclusive* if any
+    model of any setting fails the shared tuning rule (≥ 2 scored seeds)."""
+    problems = [p for name, pair in settings.items() for kind, m in pair.items()
+                for p in tuning_problems(f"{name} {kind}", m, min_seeds)]
+    if problems:
+        return _inconclusive(problems)
+    gaps = {name: deep_thin_gap(pair) for name, pair in settings.items()}
+    wins = sum(g["deep_wins"] for g in gaps.values())
+    name = "reproduced" if wins == len(gaps) else ("partly" if wins else "not reproduced")
+    return name, (f"deep-thin wins (Δ = shallow − deep final val loss > combined s.e., each shape at its own lr) "
+                  f"in {wins}/{len(gaps)} settings: " + "; ".join(
+                      f"{n} Δ = {g['gap']:+.3f} ± {g['se']:.3f}" for n, g in gaps.items()) + ".")
+
+
+def deep_thin_gap(pair: Mapping[str, Model]) -> dict[str, Any]:
+    """Δ = shallow − deep seed-mean final loss, its combined standard error and the win flag (Δ > se)."""
+    (d, sd), (w, sw) = mean_std(pair["deep-thin"]["final_loss"]), mean_std(pair["shallow-wide"]["final_loss"])
+    se = math.hypot(sd / math.sqrt(len(pair["deep-thin"]["final_loss"])),
+                    sw / math.sqrt(len(pair["shallow-wide"]["final_loss"])))
+    gap = w - d
+    return {"gap": gap, "se": se, "deep_wins": bool(gap > se)}
