@@ -1,9 +1,13 @@
-"""Fast paths pinned to their reference forms: the fused Q/K/V projection equals the plain form to
-float rounding (1e-6 in float32, 1e-12 in float64), in outputs and gradients."""
+"""Fast paths pinned to their reference forms: the fused Q/K/V projection and the fused AdamW step
+equal the plain forms to float rounding (1e-6 in float32, 1e-12 in float64), in outputs, gradients
+and updated weights."""
 import pytest
 import torch
 
+from sigprop.models import ModelConfig, build_model
 from sigprop.nn import Attention, ShapedAttention
+from sigprop.train.config import OptimConfig
+from sigprop.train.optim import make_optimizer, param_groups, param_rules
 
 B, T, S, D, H = 3, 12, 7, 32, 4
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12}
@@ -55,3 +59,27 @@ def test_fused_qkv_equals_separate_projections(dtype, causal, padded, cross, kin
     separate = _value_and_grads(lambda *t: _separate(attn, t[0], t[1] if cross else None, km), attn, *inputs)
     for a, b in zip(fused, separate):
         torch.testing.assert_close(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_adamw_equals_the_per_parameter_loop(dtype):
+    """Five steps of `make_optimizer` (fused) and of AdamW's loop over the same groups from one start."""
+    cfg = ModelConfig(vocab_size=64, max_seq_len=8, n_heads=2, d_model=16, n_layers=2, scheme="dslm")
+    optim = OptimConfig(lr=1e-2, weight_decay=0.1)
+    torch.manual_seed(0)
+    fused_model = build_model(cfg).to(dtype)
+    loop_model = build_model(cfg).to(dtype)
+    loop_model.load_state_dict(fused_model.state_dict())
+    fused = make_optimizer(fused_model, optim)
+    loop = torch.optim.AdamW(param_groups(param_rules(loop_model, cfg), optim), lr=optim.lr,
+                             betas=(optim.beta1, optim.beta2), eps=optim.eps, foreach=False, fused=False)
+    assert fused.defaults["fused"] and len(fused.param_groups) == len(loop.param_groups)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        for p, q in zip(fused_model.parameters(), loop_model.parameters()):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=dtype)
+            q.grad = p.grad.clone()
+        fused.step()
+        loop.step()
+    for p, q in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=TOL[dtype], atol=TOL[dtype])
