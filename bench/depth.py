@@ -1,10 +1,10 @@
 """Deep models: step time, compile time and peak memory of DSLM Pre-LN decoders across depth, and
 the efficiency of a deep-thin model against a wide-shallow one of the same parameter count.
 
-A step = forward, cross-entropy, backward, grad clipping, AdamW step, on random tokens (batch B × T),
-run through `sigprop.train.parallel` exactly as the trainer runs it (``train.compile``,
-``train.activation_checkpointing``, ``train.precision``). FLOPs per token = 6·N + 12·L·d·T (N parameters,
-PaLM appendix B), the convention of bench/throughput.py.
+A step = forward, cross-entropy, backward, grad clipping, AdamW step (the trainer's `make_optimizer`),
+on random tokens (batch B × T), run through `sigprop.train.parallel` exactly as the trainer runs it
+(``train.compile``, ``train.activation_checkpointing``, ``train.precision``). FLOPs per token =
+6·N + 12·L·d·T (N parameters, PaLM appendix B), the convention of bench/throughput.py.
 
     # deep-thin vs wide-shallow, timed in interleaved rounds (the load of a shared machine hits both)
     python bench/depth.py ratio --shapes 12x256 192x64 --rounds 5
@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from sigprop.models import ModelConfig, build_model
-from sigprop.train.config import TrainConfig
+from sigprop.train.config import OptimConfig, TrainConfig
 from sigprop.train.distributed import DistInfo
+from sigprop.train.optim import make_optimizer
 from sigprop.train.parallel import autocast, prepare_model
 
 MODES = {"eager": {}, "blocks": {"compile": "blocks"}, "model": {"compile": "model"},
@@ -66,7 +67,7 @@ class Case:
         self.n_params = sum(p.numel() for p in self.model.parameters())
         train = TrainConfig(precision=args.precision, **MODES[mode])
         self.run = prepare_model(self.model, train, DistInfo(device=self.device))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.opt = make_optimizer(self.model, OptimConfig(lr=1e-4))
         self.ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=self.device)
         self.samples: list[float] = []
 
@@ -176,7 +177,8 @@ def ratio(args: argparse.Namespace) -> list[dict]:
 GROUPS = (("matmul", ("aten::mm", "aten::addmm", "aten::bmm")), ("attention (SDPA)", ("scaled_dot_product",)),
           ("layer norm", ("layer_norm",)), ("ReLU", ("threshold_backward", "clamp_min", "aten::relu")),
           ("mul/add (residual α, β; grad accumulation)", ("aten::mul", "aten::add", "aten::add_")),
-          ("AdamW and clipping", ("_foreach", "aten::lerp", "aten::addcdiv", "aten::norm", "linalg_vector_norm")))
+          ("AdamW and clipping", ("_foreach", "_fused_adam", "aten::lerp", "aten::addcdiv", "aten::norm",
+                                  "linalg_vector_norm")))
 
 
 def profile(args: argparse.Namespace) -> list[dict]:

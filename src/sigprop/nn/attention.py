@@ -33,7 +33,9 @@ def attention_mask(t: int, s: int, causal: bool, key_mask: torch.Tensor | None,
 
 
 class Attention(nn.Module):
-    """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear`."""
+    """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear`;
+    `qkv` multiplies by the first three's weights in one fused matmul, so forward hooks on those
+    three modules do not fire (their parameters are used as they are)."""
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, bias: bool = False,
                  scale: float | None = None, qk_norm: str | None = None) -> None:
@@ -50,18 +52,27 @@ class Attention(nn.Module):
         self.q_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
         self.k_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
 
-    def _split(self, y: torch.Tensor) -> torch.Tensor:
-        b, t, _ = y.shape
-        return y.view(b, t, self.n_heads, self.d_head).transpose(1, 2)   # (B, H, T, dh)
+    def _project(self, x: torch.Tensor, *linears: nn.Linear) -> tuple[torch.Tensor, ...]:
+        """x (B, T, d) through each of ``linears`` as one matmul against their stacked weights
+        [W₁; W₂; ...] (biases stacked alike) -> one (B, H, T, dh) view per linear. The parameters stay
+        separate (their own roles, init and checkpoint keys); only the product is fused."""
+        w = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight
+        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
+        b, t, _ = x.shape
+        ys = F.linear(x, w, bias).split(self.d_model, -1)                    # n × (B, T, d), row stride n·d
+        return tuple(y.view(b, t, self.n_heads, self.d_head).transpose(1, 2) for y in ys)   # (B, H, T, dh)
 
     def qkv(self, x: torch.Tensor, kv: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-head projections, each (B, H, T|S, dh); ``kv`` defaults to ``x`` (self-attention)."""
-        kv = x if kv is None else kv
-        q, k = self._split(self.q_proj(x)), self._split(self.k_proj(kv))
+        """Per-head projections, each (B, H, T|S, dh); ``kv`` defaults to ``x`` (self-attention).
+        Self-attention projects Q, K, V in one matmul, cross-attention K, V in one (`_project`)."""
+        if kv is None:
+            q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
+        else:
+            (q,), (k, v) = self._project(x, self.q_proj), self._project(kv, self.k_proj, self.v_proj)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, self._split(self.v_proj(kv))
+        return q, k, v
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:

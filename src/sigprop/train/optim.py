@@ -48,7 +48,11 @@ def param_groups(rules: list[tuple[str, nn.Parameter, OptimRule]], cfg: OptimCon
 
 
 def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = None) -> torch.optim.AdamW:
-    """AdamW over `param_groups`; ``model_cfg`` defaults to ``model.cfg`` (every sigprop model has one)."""
+    """AdamW over `param_groups`; ``model_cfg`` defaults to ``model.cfg`` (every sigprop model has one).
+
+    ``fused=True``: one fused kernel call per parameter group and step, on CPU and CUDA, instead of
+    PyTorch's default loop on CPU of about ten elementwise ops per parameter (a 192-layer model has
+    ~2000 parameters); the same update up to float rounding."""
     model_cfg = model.cfg if model_cfg is None else model_cfg
     return torch.optim.AdamW(param_groups(param_rules(model, model_cfg), cfg), lr=cfg.lr,
-                             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+                             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
