@@ -102,15 +102,15 @@ def brownian_gram(T: int, floor: float) -> torch.Tensor:
 
 @torch.no_grad()
 def layer_gram(vhat: torch.Tensor, causal: bool, draws: int, seed: int) -> torch.Tensor:
-    """(draws, T, T) output Grams o oᵀ/D of real attention layers (all weights N(0, 1/D)) on tokens x with
-    x xᵀ/D = V̂ exactly (x = L·√D·U, U with orthonormal columns)."""
+    """(draws, T, T) output Grams o oᵀ/D of real attention layers (all weights N(0, 1/D)) on fresh Gaussian tokens
+    of Gram V̂ each draw (x = L z, L Lᵀ = V̂), each normalized to |x|² = D as the norm before the branch does."""
     g = torch.Generator().manual_seed(seed)
     T, dk = vhat.shape[-1], D // HEADS
     chol = torch.linalg.cholesky(vhat[0])
-    u, _ = torch.linalg.qr(torch.randn(D, T, generator=g, dtype=torch.float64))
-    x = (chol @ u.T * math.sqrt(D))[None]                                              # (1, T, D)
     out = []
     for _ in range(draws):
+        x = (chol @ torch.randn(T, D, generator=g, dtype=torch.float64))[None]            # (1, T, D)
+        x = x * (math.sqrt(D) / x.norm(dim=-1, keepdim=True))
         wq, wk, wv, wo = (torch.randn(D, D, generator=g, dtype=torch.float64) / math.sqrt(D) for _ in range(4))
         q, k, v = ((x @ w).view(1, T, HEADS, dk).transpose(1, 2) for w in (wq, wk, wv))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).reshape(1, T, D) @ wo
@@ -120,8 +120,8 @@ def layer_gram(vhat: torch.Tensor, causal: bool, draws: int, seed: int) -> torch
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_gram_matches_real_layers_on_a_structured_gram(causal):
-    """`attention_gram` (logits sampled as L Z, W_V W_O averaged exactly) against real layers on tokens of exactly
-    that Gram: the gain within 4 standard errors + 1% and every output-Gram entry within 0.03. On the causal Gram the
+    """`attention_gram` (width-D tokens of the Gram, W_V W_O averaged exactly) against real layers on such tokens:
+    the gain within 4 standard errors + 1% and every output-Gram entry within 0.03. On the causal Gram the
     uniform-correlation gain G(r̄) misses the measured gain by over 8%: this test fails with the mean recursion."""
     vhat = brownian_gram(24, 0.3)
     real = layer_gram(vhat, causal, draws=400, seed=1)

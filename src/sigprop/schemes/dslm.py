@@ -79,16 +79,30 @@ def correlations(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], n_t
     recursion `sigprop.theory.dslm.block_correlations` beyond."""
     lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
     n_blocks, causal, attentions = stack_layers(cfg, stack), stack == "dec", sublayers_per_block(cfg, stack) - 1
-    T = cfg.n_tokens
-    if T > theory_dslm.GRAM_MAX_TOKENS:
+    if cfg.n_tokens > theory_dslm.GRAM_MAX_TOKENS:
         return theory_dslm.block_correlations(embedding_pairs(cfg, n_tables, shared), n_blocks, lam, beta,
-                                              cfg.dropout, T, causal, cfg.d_model, cfg.n_heads, ffn_kernel,
-                                              attentions=attentions)
+                                              cfg.dropout, cfg.n_tokens, causal, cfg.d_model, cfg.n_heads,
+                                              ffn_kernel, attentions=attentions)
+    return theory_dslm.gram_correlations(*_gram_arguments(cfg, stack, ffn_kernel, n_tables, shared))
+
+
+def block_grams(cfg: Any, stack: str) -> list[torch.Tensor]:
+    """The (S, T, T) normalized token Gram entering every block of ``stack`` by the Gram recursion (sigprop's
+    two tables and plain MLP), the tokens the V/O rule is made for: e.g. to feed a block what the scheme assumes."""
+    kernel = lambda r: activation_kernel(cfg.activation, r)
+    return [vhat for vhat, _ in theory_dslm.gram_blocks(*_gram_arguments(cfg, stack, kernel, 2, 0))]
+
+
+def _gram_arguments(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], n_tables: int,
+                    shared: int) -> tuple[Any, ...]:
+    """Positional arguments of `sigprop.theory.dslm.gram_blocks` / `gram_correlations` for ``cfg``'s ``stack``."""
+    lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
+    T = cfg.n_tokens
     uniform = cfg.dslm_r0 is not None or cfg.arch == "vit"
     tokens = None if uniform else zipf_ids(cfg.vocab_size, GRAM_SEQUENCES, T)
     grams = theory_dslm.embedding_grams(tokens, T, n_tables, shared, cfg.dropout, cfg.dslm_r0)
-    return theory_dslm.gram_correlations(grams, n_blocks, lam, beta, cfg.dropout, causal, cfg.d_model, cfg.n_heads,
-                                         tabulated(ffn_kernel), attentions=attentions, post=cfg.norm == "postln")
+    return (grams, stack_layers(cfg, stack), lam, beta, cfg.dropout, stack == "dec", cfg.d_model, cfg.n_heads,
+            tabulated(ffn_kernel), sublayers_per_block(cfg, stack) - 1, cfg.norm == "postln")
 
 
 @lru_cache(maxsize=64)

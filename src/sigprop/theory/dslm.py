@@ -25,16 +25,17 @@ one number per population of token pairs; a causal stack builds position-depende
 average many shared keys and grow alike) and one embedding table makes repeated tokens identical, and the gain is
 not linear in the pair correlations. Measured on GPT-2/LLaMA/sigprop decoders at T = 32–128 (docs/hf.md) the mean
 recursion leaves attention branches 5–20 % above 1. The Gram recursion carries the whole expected token Gram
-matrix V (T × T) of S sampled sequences instead, exact in the infinite-width stream and exact at finite head width
-for the logits:
+matrix V (T × T) of S sampled sequences instead, with each attention sublayer evaluated on Gaussian tokens of that
+Gram at the model's width:
 
   embedding  V_jj' = (1 − p)([t_j = t_j'] + S_sh + (T_tab − 1 − S_sh)[j = j'])/T_tab off the diagonal, 1 on it,
              tokens t drawn from the Zipf law the scheme assumes (`sigprop.theory.moments.embedding.zipf_ids`);
-  attention  given V̂ = norm(V) (Pre-LN: the branch's input; Post-LN: the stream), the head's queries and keys
-             have the law of Q = L Z_q, K = L Z_k with L Lᵀ = V̂ and Z ∈ R^{T×d_k} i.i.d. N(0, 1) (fresh Gaussian
-             weights of variance 1/d, exactly); A = Softmax(QKᵀ/√d_k) under the mask; averaging over W_V, W_O
-             exactly, the branch Gram is E_A[A V̂ Aᵀ] and the gain G_l = mean_i E[(A V̂ Aᵀ)_ii] (Monte Carlo over
-             A: ``rows`` query rows per block, a fixed seed);
+  attention  given V̂ = norm(V) (Pre-LN: the branch's input; Post-LN: the stream), tokens at the model's width d
+             with that Gram, X = L Z (L Lᵀ = V̂, Z i.i.d. N(0, 1)), each normalized to |x|² = d; fresh N(0, 1/d)
+             query/key weights, A = Softmax(QKᵀ/√d_k) under the mask; averaging over W_V, W_O exactly, the branch
+             Gram is E[A X Xᵀ Aᵀ]/d and the gain G_l its mean diagonal (Monte Carlo over X and the logits:
+             ``rows`` query rows per block, a fixed seed). Finite-width tokens keep the coupling between the
+             logits and the values' own Gram, O(1/d) but ~10 % of G when r → 0 and T ~ d;
   MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
   residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
              normalizes V after each add.
@@ -43,7 +44,7 @@ Its cost is O(blocks · samples · T³), hence the bound on T; longer sequences 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -140,31 +141,37 @@ def _cholesky(v: torch.Tensor) -> torch.Tensor:
 
 def attention_gram(vhat: torch.Tensor, d: int, n_heads: int, causal: bool, draws: int,
                    generator: torch.Generator) -> torch.Tensor:
-    """E_A[A V̂ Aᵀ] for (S, T, T) normalized Grams ``vhat``: ``draws`` heads per sequence, A = Softmax(QKᵀ/√d_k)
-    with Q = L Z_q, K = L Z_k, L Lᵀ = V̂ (the law of fresh N(0, 1/d) query/key weights on tokens of Gram V̂)."""
+    """E[A X Xᵀ Aᵀ]/d for (S, T, T) normalized Grams ``vhat``, ``draws`` heads per sequence: tokens X = L Z, L Lᵀ =
+    V̂, Z ∈ R^{T×d} i.i.d. N(0, 1), each row rescaled to |x|² = d (the norm in front of the branch), logits
+    (X W_q)(X W_k)ᵀ/√d_k with fresh N(0, 1/d) weights, A = Softmax under the mask; W_V W_O averaged exactly.
+    Sampling the tokens at the model's width keeps the coupling between the logits and the values' own
+    finite-width Gram X Xᵀ/d (the Z1/d term of `sigprop.theory.moments.attention.attention_gain`): at
+    r → 0 and T comparable to d it is ~10 % of the gain."""
     s, t, _ = vhat.shape
     dk = d // n_heads
     chol = _cholesky(vhat).to(torch.float32)[:, None]                                  # (S, 1, T, T)
-    zq, zk = (torch.randn(s, draws, t, dk, generator=generator) for _ in range(2))   # (S, draws, T, d_k)
-    logits = (chol @ zq) @ (chol @ zk).transpose(-1, -2) / math.sqrt(dk)             # (S, draws, T, T)
+    x = chol @ torch.randn(s, draws, t, d, generator=generator)                       # (S, draws, T, d)
+    x = x * (math.sqrt(d) / x.norm(dim=-1, keepdim=True))
+    wq, wk = (torch.randn(s, draws, d, dk, generator=generator) / math.sqrt(d) for _ in range(2))
+    logits = (x @ wq) @ (x @ wk).transpose(-1, -2) / math.sqrt(dk)                    # (S, draws, T, T)
     if causal:
         logits = logits.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
-    a = logits.softmax(-1)
-    return (a @ vhat.to(torch.float32)[:, None] @ a.transpose(-1, -2)).mean(1).to(torch.float64)
+    ax = logits.softmax(-1) @ x                                                        # (S, draws, T, d)
+    return (ax @ ax.transpose(-1, -2) / d).mean(1).to(torch.float64)
 
 
-def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
-                      n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
-                      post: bool = False, rows: int = 2048, seed: int = 0) -> tuple[tuple[float, float], ...]:
-    """(r_l, G_l) entering every block: mean token correlation of the attention input and its gain, by the Gram
-    recursion of the module docstring from the embedding ``grams`` (S, T, T). ``ffn_kernel`` acts entrywise on a
-    tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``rows``: query rows
-    sampled per attention sublayer (Monte Carlo error of G_l about 1/√rows of the row gains' spread)."""
+def gram_blocks(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
+                n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
+                post: bool = False, rows: int = 2048, seed: int = 0) -> Iterator[tuple[torch.Tensor, float]]:
+    """(V̂_l, G_l) entering every block: the (S, T, T) normalized Gram of the attention input and its gain, by the
+    Gram recursion of the module docstring from the embedding ``grams`` (S, T, T). ``ffn_kernel`` acts entrywise
+    on a tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``rows``: query
+    rows sampled per attention sublayer (Monte Carlo error of G_l about 1/√rows of the row gains' spread)."""
     s, t, _ = grams.shape
     draws = max(1, math.ceil(rows / (s * t)))
     gen = torch.Generator().manual_seed(seed)
     eye = torch.eye(t, dtype=torch.float64)
-    v, out = grams.clone(), []
+    v = grams.clone()
 
     def add(v: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         v = lam ** 2 * v + beta ** 2 * (branch * ((1 - p) * (1 - eye) + eye))
@@ -176,8 +183,15 @@ def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: floa
             branch = attention_gram(vhat, d, n_heads, causal, draws, gen)
             g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
             if i == 0:
-                out.append((_mean_offdiagonal(vhat), g))
+                yield vhat, g
             v = add(v, branch / g)
         vhat = _normalized(v)
         v = add(v, ffn_kernel(vhat) * (1 - eye) + eye)
-    return tuple(out)
+
+
+def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
+                      n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
+                      post: bool = False, rows: int = 2048, seed: int = 0) -> tuple[tuple[float, float], ...]:
+    """(r_l, G_l) entering every block: `gram_blocks` with each Gram reduced to its mean token correlation."""
+    return tuple((_mean_offdiagonal(vhat), g) for vhat, g in gram_blocks(
+        grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post, rows, seed))
