@@ -39,7 +39,7 @@ Gram at the model's width:
   MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
   residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
              normalizes V after each add.
-Its cost is O(blocks · samples · T³), hence the bound on T; longer sequences take the mean recursion.
+Its cost is O(blocks · samples · T²(T + d)), hence the bound on T; longer sequences take the mean recursion.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ import torch
 
 from .moments.attention import attention_gain
 
-GRAM_MAX_TOKENS = 256      # above it the O(T³) Gram recursion costs seconds per block; the mean recursion is used
+GRAM_MAX_TOKENS = 256      # above it the O(T²(T + d)) Gram recursion costs seconds per block; the mean recursion is used
 
 
 def pair_overlap(L: int, causal: bool) -> float:
