@@ -24,7 +24,7 @@ Recursion over the blocks of a stack, residual x ← λx + β·D(f(x)) (λ² + �
 one number per population of token pairs; a causal stack builds position-dependent correlations (late positions
 average many shared keys and grow alike) and one embedding table makes repeated tokens identical, and the gain is
 not linear in the pair correlations. Measured on GPT-2/LLaMA/sigprop decoders at T = 32–128 (docs/hf.md) the mean
-recursion leaves attention branches 5–20 % above 1. The Gram recursion carries the whole expected token Gram
+recursion leaves attention branches 2–14 % above 1 (16 networks). The Gram recursion carries the whole expected token Gram
 matrix V (T × T) of S sampled sequences instead, with each attention sublayer evaluated on Gaussian tokens of that
 Gram at the model's width:
 
