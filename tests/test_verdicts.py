@@ -122,3 +122,31 @@ def test_deep_thin_outcomes():
     assert v.deep_thin({"a": win, "b": pair([3.0, 3.0], [3.2, 3.2], tuning=(5, 4.5, 4))})[0] == "inconclusive"
     assert v.deep_thin_gap(tie)["se"] == pytest.approx(math.hypot(0.2 / math.sqrt(2) / math.sqrt(2),
                                                                   0.2 / math.sqrt(2) / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("lrs, edges, status", [
+    ((4e-3, 8e-3), (False, False), "transfers"), ((4e-3, 2e-3), (False, False), "transfers"),
+    ((4e-3, 1e-3), (False, False), "moves"), ((4e-3, 1.6e-2), (False, False), "moves"),
+    ((4e-3, 4e-3), (False, True), "undetermined"), ((None, 4e-3), (False, False), "undetermined"),
+    ((4e-3, 8e-3, 4e-3), (False, True, False), "transfers"),         # only the ends are compared
+])
+def test_transfer_status(lrs, edges, status):
+    assert v.transfer_status(lrs, edges) == status
+
+
+def statuses(default, **over):
+    d = {k: default for k in ("Pre-LN", "DSLM (Pre-LN)", "depth-μP", "CompleteP")}
+    d.update({k.replace("_", "-"): s for k, s in over.items()})
+    return d
+
+
+@pytest.mark.parametrize("depth, width, expected", [
+    (statuses("transfers", **{"Pre-LN": "moves"}), {"standard": "transfers", "μP": "transfers"}, "reproduced"),
+    (statuses("transfers"), {"standard": "moves", "μP": "transfers"}, "reproduced"),
+    (statuses("transfers"), {"standard": "transfers", "μP": "transfers"}, "partly"),      # the baseline does not move
+    (statuses("moves", CompleteP="transfers"), {"standard": "moves", "μP": "moves"}, "partly"),
+    (statuses("undetermined"), {"standard": "moves", "μP": "moves"}, "inconclusive"),
+    (statuses("moves"), {"standard": "moves", "μP": "moves"}, "not reproduced"),
+])
+def test_depth_transfer_outcomes(depth, width, expected):
+    assert v.depth_transfer(depth, width)[0] == expected

@@ -9,7 +9,7 @@ from typing import Sequence
 
 # the training claims whose rule recomputes the verdict from NAME.json: name -> runner module with judge(summary)
 JUDGED = {"shaped-vs-preln": "shaped_vs_preln", "entropy-collapse": "entropy_collapse", "dslm-depth": "dslm_depth",
-          "deep-thin": "deep_thin"}
+          "deep-thin": "deep_thin", "depth-transfer": "depth_transfer"}
 
 HEADER = """# Reproducing the papers' claims at CPU scale
 

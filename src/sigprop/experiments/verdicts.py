@@ -238,3 +238,43 @@ def deep_thin_gap(pair: Mapping[str, Model]) -> dict[str, Any]:
                     sw / math.sqrt(len(pair["shallow-wide"]["final_loss"])))
     gap = w - d
     return {"gap": gap, "se": se, "deep_wins": bool(gap > se)}
+
+
+TRANSFER_FACTOR = 2.0      # one step of a ×2 lr grid
+
+
+def transfer_status(best_lrs: Sequence[float | None], edges: Sequence[bool], factor: float = TRANSFER_FACTOR) -> str:
+    """Whether the best lr η* of the smallest size (first entry) carries to the largest (last entry):
+    "transfers" if η*(largest)/η*(smallest) is within ``factor`` either way, "moves" if it is further, and
+    "undetermined" if either η* is missing (every lr diverged) or sits at the edge of its grid (the optimum
+    may lie outside it)."""
+    lo, hi = best_lrs[0], best_lrs[-1]
+    if lo is None or hi is None or edges[0] or edges[-1]:
+        return "undetermined"
+    return "transfers" if abs(math.log(hi / lo)) <= math.log(factor) + 1e-9 else "moves"
+
+
+def depth_transfer(depth: Mapping[str, str], width: Mapping[str, str]) -> tuple[str, str]:
+    """Hyperparameter transfer (Yang et al. TP-V and TP-VI; Bordelon et al. 2024; Dey et al. 2025): the
+    best lr carries across depth under depth-μP and CompleteP and across width under μP, and moves under
+    the standard rules.
+
+    ``depth``: scheme label → `transfer_status` across depth (keys "Pre-LN", "depth-μP", "CompleteP" are
+    read); ``width``: parametrization → status across width (keys "standard", "μP"). With the three
+    predictions P = (CompleteP across depth, depth-μP across depth, μP across width): *reproduced* if every
+    P transfers and the standard baseline moves (Pre-LN across depth or standard across width); *partly* if
+    some P transfers (all of them with a baseline that does not move, or only some); *inconclusive* if none
+    transfers and at least one is undetermined; *not reproduced* if every P moves."""
+    good = [depth["CompleteP"], depth["depth-μP"], width["μP"]]
+    baseline_moves = depth["Pre-LN"] == "moves" or width["standard"] == "moves"
+    if all(x == "transfers" for x in good) and baseline_moves:
+        name = "reproduced"
+    elif any(x == "transfers" for x in good):
+        name = "partly"
+    elif any(x == "undetermined" for x in good):
+        name = "inconclusive"
+    else:
+        name = "not reproduced"
+    reason = ("depth: " + ", ".join(f"{k} {x}" for k, x in depth.items()) +
+              "; width: " + ", ".join(f"{k} {x}" for k, x in width.items()) + ".")
+    return name, reason
