@@ -44,13 +44,16 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
         (d / f"{name}.json").write_text(json.dumps({"summary": {"verdict": verdict, "verdict_reason": "x = 1",
                                                                 "seeds": [0, 1], "wall_s": 90}}))
         (d / f"{name}.png").write_bytes(b"png")
+    (tmp_path / "runs" / "claim-b" / "claim-b-extra.png").write_bytes(b"png2")
     text = collect(tmp_path / "runs", ["claim-a", "claim-b", "missing"], docs=tmp_path / "docs")
     assert "| [claim-a](#claim-a) | **reproduced** | x = 1 | `sigprop reproduce claim-a` | 0, 1 | 1.5 min |" in text
     assert "missing" not in text
     assert (tmp_path / "docs" / "RESULTS.md").read_text() == text
     assert (tmp_path / "docs" / "img" / "claim-b.png").read_bytes() == b"png"
+    assert (tmp_path / "docs" / "img" / "claim-b-extra.png").read_bytes() == b"png2"
+    assert text.index("(img/claim-b.png)") < text.index("(img/claim-b-extra.png)")
+    assert json.loads((tmp_path / "docs" / "results" / "claim-a.json").read_text())["verdict"] == "reproduced"
     assert collect(tmp_path / "runs", ["missing"]) == ""
-
 
 
 def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):

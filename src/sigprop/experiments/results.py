@@ -24,9 +24,15 @@ What the verdicts mean at this scale, with the measurements made beside them:
 """
 
 
+def figures_of(root: Path, name: str) -> list[Path]:
+    """A claim's figures: ``NAME.png`` first, then ``NAME-*.png`` by name."""
+    return [root / name / f"{name}.png", *sorted((root / name).glob(f"{name}-*.png"))]
+
+
 def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = None) -> str:
     """Build RESULTS.md from ``root/NAME/NAME.{md,json,png}`` for every ``NAME`` that has them; write it to
-    ``root/RESULTS.md`` and, if ``docs``, to ``docs/RESULTS.md`` with the PNGs copied into ``docs/img``.
+    ``root/RESULTS.md`` and, if ``docs``, to ``docs/RESULTS.md`` with the figures copied into ``docs/img`` and
+    each claim's summary into ``docs/results/NAME.json``.
     Returns the text ("" and nothing written when no claim has results)."""
     root = Path(root)
     summaries = {n: json.loads((root / n / f"{n}.json").read_text())["summary"] for n in names
@@ -40,17 +46,21 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
         seeds = ", ".join(map(str, seeds)) if isinstance(seeds, (list, tuple)) else seeds
         rows.append(f"| [{n}](#{n}) | **{s['verdict']}** | {s['verdict_reason']} | "
                     f"`sigprop reproduce {n}` | {seeds} | {s['wall_s'] / 60:.1f} min |")
+        figures = "".join(f"\n\n![{f.stem}](img/{f.name})" for f in figures_of(root, n))
         sections.append(f'<a id="{n}"></a>\n\n' + (root / n / f"{n}.md").read_text().rstrip()
                         + f"\n\nCommand: `sigprop reproduce {n}`; seeds {seeds}; wall time {s['wall_s']:.0f} s."
-                        + f"\n\n![{n}](img/{n}.png)\n")
+                        + figures + "\n")
     table = ["| claim | verdict | measured | command | seeds | wall |", "|---|---|---|---|---|---|", *rows]
     text = HEADER + "\n" + "\n".join(table) + "\n\n" + "\n\n".join(sections)
     (root / "RESULTS.md").write_text(text)
     if docs is not None:
         docs = Path(docs)
         (docs / "img").mkdir(parents=True, exist_ok=True)
-        for n in found:
-            shutil.copyfile(root / n / f"{n}.png", docs / "img" / f"{n}.png")
+        (docs / "results").mkdir(parents=True, exist_ok=True)
+        for n, s in found.items():
+            for f in figures_of(root, n):
+                shutil.copyfile(f, docs / "img" / f.name)
+            (docs / "results" / f"{n}.json").write_text(json.dumps(s, indent=1) + "\n")
         (docs / "RESULTS.md").write_text(text)
     return text
 
