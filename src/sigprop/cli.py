@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=list(EXPERIMENTS) + ["all"])
     p.add_argument("--out", default="runs/reproduce", help="output folder (one subfolder per experiment)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run")
-    p.add_argument("--docs", default=None, help="also write DOCS/RESULTS.md (+ DOCS/img/NAME.png)")
+    p.add_argument("--docs", default=None, help="also write DOCS/RESULTS.md from every claim with results in --out "
+                   "(+ figures in DOCS/img, summaries in DOCS/results/NAME.json)")
     p.set_defaults(func=cmd_reproduce)
     return parser
 
@@ -115,7 +116,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         out = Path(args.out) / name
         getattr(importlib.import_module(f"sigprop.experiments.{module}"), function)(out, quick=args.quick)
         print(f"{name}: wrote {out}")
-    if collect(args.out, list(EXPERIMENTS), args.docs if args.name == "all" else None):
+    if collect(args.out, list(EXPERIMENTS), args.docs):
         print(f"results: {Path(args.out) / 'RESULTS.md'}")
     return 0
 

@@ -14,7 +14,8 @@ JUDGED = {"shaped-vs-preln": "shaped_vs_preln", "entropy-collapse": "entropy_col
 HEADER = """# Reproducing the papers' claims at CPU scale
 
 Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown, in `runs/reproduce/NAME/`);
-`sigprop reproduce all --docs docs` regenerates this file. Machine: 2 CPU cores, no GPU. Verdict rules are
+`sigprop reproduce NAME --docs docs` writes this file from every claim finished in `runs/reproduce` (the
+runs are resumable: a finished point is read back, not retrained), each claim's summary in `docs/results/`. Machine: 2 CPU cores, no GPU. Verdict rules are
 code, fixed before the full runs: `src/sigprop/experiments/verdicts.py` for the training claims (each model
 at its own lr, chosen on an unscored seed from a grid that brackets it), each runner's docstring for the others. The figure
 reproductions have their own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
