@@ -39,7 +39,7 @@ sweeps ≈ 10 core-min, extensions ≈ 1 core-min each: ≈ 45–50 core-min, �
 """
 from __future__ import annotations
 
-import math
+import json
 import re
 import time
 from pathlib import Path
@@ -50,7 +50,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..train.sweep import SweepSpec, run_sweep  # noqa: E402
+from ..train.sweep import SweepSpec, finished_records, run_sweep  # noqa: E402
 from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
@@ -157,6 +157,17 @@ def explain(records: list[dict[str, Any]], size: str) -> dict[str, Any]:
     return out
 
 
+def finished_points(out: Path) -> int:
+    """How many points the sweeps under ``out/sweeps`` hold as finished."""
+    return sum(len(finished_records(f)) for f in (out / "sweeps").glob("*/sweep.jsonl"))
+
+
+def saved_wall(out: Path) -> float | None:
+    """The wall time in an earlier ``NAME.json`` of ``out``, if any."""
+    path = out / f"{NAME}.json"
+    return json.loads(path.read_text())["summary"].get("wall_s") if path.exists() else None
+
+
 def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
     """The section: claim, setup, rule, per-scheme table, what explains the curves, verdict."""
     lines = [f"## {NAME} — does the best learning rate transfer across depth and width?", "",
@@ -207,6 +218,7 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     vocab, max_chars, jobs, max_extend. Returns the summary (verdict included)."""
     s = resolve_sizes(QUICK if quick else FULL, sizes)
     out, start = Path(out_dir), time.perf_counter()
+    before, previous = finished_points(out), saved_wall(out)
     tokenizer: str | None = None
     depth, width = {}, {}
     run_s = {**s, "progress": show_progress}
@@ -216,17 +228,23 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     for label, over in WIDTH_VARIANTS.items():
         width[label] = _sweep(out, f"width {label}", {**over, "model.n_layers": s["width_depth"]}, s["widths"],
                               "model.d_model", run_s, tokenizer)
+    trained = finished_points(out) != before
     panels = {k: r["summary"]["panels"][0] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
     v, reason = judge({"panels": panels})
     result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason}
     summary = {"verdict": v, "verdict_reason": reason, "seeds": list(s["seeds"]), "sizes": s, "panels": panels,
-               # wall: this call (a resumed call reuses finished points); points: every point's training time, summed
-               "wall_s": round(time.perf_counter() - start, 1),
+               # wall: the call that trained the points (a call that only re-reads them keeps it); points: summed
+               "wall_s": round(time.perf_counter() - start, 1) if trained or previous is None else previous,
                "points_s": round(sum(r["wall_s"] for r in [*depth.values(), *width.values()]), 1)}
     data = {k: r["summary"]["groups"] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
     combined = {"size": "size", "groups": [g for rows in data.values() for g in rows],
                 "panels": list(summary["panels"].values())}
-    best = plot_best_lr({**combined, "size": "depth (blocks) or width"})
-    best.savefig(out / f"{NAME}-best-lr.png", dpi=100)
-    plt.close(best)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (kind, axis) in zip(axes, (("depth", "depth (blocks)"), ("width", "width"))):
+        labels = [k for k in depth] if kind == "depth" else [f"width {k}" for k in width]
+        plot_best_lr({"size": axis, "panels": [panels[k] for k in labels]}, ax)
+        ax.set_title(f"optimal lr vs {kind} (hollow: at the grid's edge)")
+    fig.tight_layout()
+    fig.savefig(out / f"{NAME}-best-lr.png", dpi=100)
+    plt.close(fig)
     return write_outputs(out, NAME, data, summary, markdown(result, s), plot_loss_vs_lr(combined, ncols=4))

@@ -101,14 +101,17 @@ def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
     return fig
 
 
-def plot_best_lr(summary: dict[str, Any]) -> Any:
-    """η* vs size (log-log), one line per panel; hollow markers where η* sits at the grid's edge."""
+def plot_best_lr(summary: dict[str, Any], ax: Any = None) -> Any:
+    """η* vs size (log-log), one line per panel; hollow markers where η* sits at the grid's edge. Draws into
+    ``ax`` if given (returns its figure), else into a new figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4.2))
     for p in summary["panels"]:
         pts = [(s, v, e) for s, v, e in zip(p["sizes"], p["best_lr"], p["edge"]) if v is not None and s is not None]
         if not pts:
@@ -119,8 +122,12 @@ def plot_best_lr(summary: dict[str, Any]) -> Any:
             ax.plot(*zip(*edges), "o", mfc="white", color=line.get_color(), ms=8)
     ax.set(xscale="log", yscale="log", xlabel=summary["size"] or "size", ylabel="best learning rate η*",
            title="optimal lr vs size (hollow: at the grid's edge)")
+    sizes = sorted({s for p in summary["panels"] for s in p["sizes"] if s is not None})
+    if sizes:                                  # the grid's sizes as the ticks, not log-axis minor labels
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(fontsize=7)
-    return fig
+    return ax.figure
 
 
 def write_report(records: Sequence[dict[str, Any]], size: str | None, out_dir: str | Path) -> dict[str, Any]:
