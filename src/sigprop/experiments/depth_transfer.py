@@ -29,10 +29,10 @@ and one is undetermined; "not reproduced" if all three move. LR sensitivity (Wor
 the grid of min(loss, loss at init) − best loss, at the largest size) and transfer regret are reported and
 ranked, not scored.
 
-Wall time (estimate, from timed points on the 2-core machine, one thread per worker: a step at width 64
-takes ≈ 10 ms at 2 blocks, 30 ms at 8, 120 ms at 32; a point pays ≈ 5 s of data preparation, evaluation
-and checkpointing besides): the depth sweeps ≈ 6 · 7 · (0.16 s · 200 + 15 s) ≈ 33 core-min, the width
-sweeps ≈ 10 core-min, extensions ≈ 1 core-min each: ≈ 45–50 core-min, ≈ 25 min with ``jobs=2``.
+Wall time (measured, 2-core machine, one thread per worker, ``jobs=2``): 35.5 min for the whole run (193
+points, 11 of them grid extensions) while two other claim runs shared the machine (load average 3.4–5.7);
+the points' training times sum to 66.6 min (≈ 6 s at 2 blocks, 15–18 s at 8, 40–62 s at 32; 5–7 s at
+widths 32–64, 12 s at 128, 30 s at 256, timed under that load), so two workers alone need at most ≈ 34 min.
 
     from sigprop.experiments import depth_transfer
     summary = depth_transfer.run("runs/depth-transfer", jobs=2)   # depth-transfer.{json,png,md}
