@@ -9,6 +9,7 @@ from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
 from sigprop.train import load_config, read_jsonl, train
+from sigprop.train.callbacks import Callback
 from sigprop.train.parallel import autocast
 
 
@@ -62,3 +63,30 @@ def test_measured_moments_in_bf16(scheme):
             assert b.grad_var == pytest.approx(a.grad_var, rel=4e-2)
         if a.attn_entropy is not None:
             assert b.attn_entropy == pytest.approx(a.attn_entropy, abs=3e-2)
+
+
+class SubnormalProbe(Callback):
+    """Records, at every step, whether CPU arithmetic keeps a subnormal float."""
+
+    def __init__(self):
+        self.kept = []
+
+    def on_step_end(self, trainer):
+        self.kept.append(float(torch.tensor(1e-39) * 1.5) != 0.0)
+
+
+def _tiny_run(path, *extra):
+    cfg = load_config(CONFIGS / "tiny_decoder.toml", [
+        *FAST_TRAIN, "train.steps=4", "train.batch_size=4", "train.eval_batches=1", "train.eval_every=0",
+        "train.diag_every=0", f"train.out_dir={path}", *extra])
+    probe = SubnormalProbe()
+    train(cfg, callbacks=[probe])
+    return probe.kept, [r["loss"] for r in read_jsonl(path / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def test_flush_denormal_only_inside_the_run_and_numbers_unchanged(tmp_path):
+    kept_off, loss_off = _tiny_run(tmp_path / "off")
+    kept_on, loss_on = _tiny_run(tmp_path / "on", "train.flush_denormal=true")
+    assert all(kept_off) and not any(kept_on)
+    assert float(torch.tensor(1e-39) * 1.5) != 0.0          # IEEE behaviour is back after the run
+    assert loss_on == loss_off                              # no subnormal in this run: bit-identical losses

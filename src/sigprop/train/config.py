@@ -86,6 +86,7 @@ class TrainConfig:
     activation_checkpointing: bool = False   # recompute each block's activations in backward (non-reentrant)
     compile: str = "off"             # torch.compile: "off" | "blocks" (one block graph, reused) | "model"
     precision: str = "fp32"          # "fp32" | "bf16" (autocast; parameters and optimizer stay fp32)
+    flush_denormal: bool = False     # CPU: subnormal floats read and computed as 0 during the run (x86 only)
 
     def __post_init__(self) -> None:
         check_fields(self, "train.", {name: NONNEGATIVE for name in ("eval_every", "eval_batches", "diag_every",

@@ -42,7 +42,15 @@ def prepare_run_dir(cfg: RunConfig, argv: Sequence[str] | None) -> Path:
 
 
 def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str] | None = None) -> Trainer:
-    """Run a whole training (one process, or one rank under torchrun); returns the finished trainer."""
+    """Run a whole training (one process, or one rank under torchrun); returns the finished trainer.
+
+    ``train.flush_denormal``: CPU arithmetic treats subnormal floats (|x| < 1.2e-38 in float32) as 0 for the
+    run, then returns to IEEE behaviour. Numbers are unchanged unless a subnormal occurs; where gradients
+    vanish through depth (a trained 192-layer standard Post-LN stack holds ~10⁶ subnormal gradient entries),
+    each operation on them costs many times a normal one, and flushing made such steps 3–4× faster
+    (bench/RESULTS.md)."""
+    if cfg.train.flush_denormal and not torch.set_flush_denormal(True):
+        raise ValueError("train.flush_denormal=true needs a CPU that supports it (x86 with SSE3); set it to false")
     dist = init_distributed(cfg.train.device)
     try:
         run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)   # every rank fails alike
@@ -56,6 +64,8 @@ def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str
         return trainer
     finally:
         shutdown(dist)
+        if cfg.train.flush_denormal:
+            torch.set_flush_denormal(False)
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
