@@ -54,7 +54,7 @@ from ..train.sweep import SweepSpec, finished_records, run_sweep  # noqa: E402
 from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
-from .training import resolve_sizes  # noqa: E402
+from .training import resolve_sizes, unigram_loss  # noqa: E402
 from .tuning import MAX_EXTEND, next_lr  # noqa: E402
 
 NAME = "depth-transfer"
@@ -133,10 +133,11 @@ def _sweep(out: Path, label: str, overrides: dict[str, Any], size_values: list[i
         g["panel"] = label
     panel["status"] = transfer_status(panel)
     panel["sensitivity_largest"] = summary["groups"][-1]["sensitivity"]
+    panel["best_loss_largest"] = summary["groups"][-1]["best_loss"]
     panel["lr_grid"], panel["extended"] = lrs, extended
     panel["explain"] = explain(records, size)
     return {"summary": summary, "tokenizer": records[0]["config"]["data"]["tokenizer"],
-            "wall_s": sum(r["wall_s"] for r in records)}
+            "wall_s": sum(r["wall_s"] for r in records), "records": records}
 
 
 def explain(records: list[dict[str, Any]], size: str) -> dict[str, Any]:
@@ -182,14 +183,19 @@ def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
              "(`verdicts.transfer_status`, `verdicts.depth_transfer`): *transfers* if η* at the largest size is within 2× "
              "of η* at the smallest, *moves* otherwise, *undetermined* if either sits at the grid's edge. LR sensitivity "
              "at the largest size (Wortsman et al. 2023).", "",
-             "| sweep | scheme | η* by size | η* largest/smallest | status | LR sensitivity (largest) | transfer regret "
-             "| lr grid |", "|---|---|---|---|---|---|---|---|"]
+             f"Unigram loss of the evaluation tokens (token frequencies, no context): {result['unigram']:.3f} nats; "
+             "a best loss close to it means no lr trained that model beyond token frequencies, so its η* is weakly "
+             "determined.", "",
+             "| sweep | scheme | η* by size | η* largest/smallest | status | best loss, largest (− unigram) "
+             "| LR sensitivity (largest) | transfer regret | lr grid |", "|---|---|---|---|---|---|---|---|---|"]
     for kind in ("depth", "width"):
         for label, r in result[kind].items():
             p = r["summary"]["panels"][0]
             lrs = " → ".join("div." if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"]))
             grid = f"{p['lr_grid'][0]:.3g}–{p['lr_grid'][-1]:.3g} ({len(p['lr_grid'])})"
+            below = p["best_loss_largest"] - result["unigram"]
             lines.append(f"| {kind} | {label} | {lrs} | {p['best_lr_ratio']:.3g} | {p['status']} | "
+                         f"{p['best_loss_largest']:.3f} ({below:+.3f}) | "
                          f"{p['sensitivity_largest']:.3f} | {p['transfer_regret']:.3f} | {grid} |")
     ranked = sorted(result["depth"], key=lambda k: result["depth"][k]["summary"]["panels"][0]["sensitivity_largest"])
     ext = [f"{label}: {'; '.join(r['summary']['panels'][0]['extended'])}" for kind in ("depth", "width")
@@ -231,8 +237,13 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     trained = finished_points(out) != before
     panels = {k: r["summary"]["panels"][0] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
     v, reason = judge({"panels": panels})
-    result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason}
+    first = {}                                   # one finished point per seed: the split depends on the seed only
+    for r in depth[next(iter(VARIANTS))]["records"]:
+        first.setdefault(r["point"]["seed"], r["config"]["train"]["out_dir"])
+    unigram = float(sum(unigram_loss(d) for d in first.values()) / len(first))
+    result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason, "unigram": unigram}
     summary = {"verdict": v, "verdict_reason": reason, "seeds": list(s["seeds"]), "sizes": s, "panels": panels,
+               "unigram_val_loss": unigram,
                # wall: the call that trained the points (a call that only re-reads them keeps it); points: summed
                "wall_s": round(time.perf_counter() - start, 1) if trained or previous is None else previous,
                "points_s": round(sum(r["wall_s"] for r in [*depth.values(), *width.values()]), 1)}
