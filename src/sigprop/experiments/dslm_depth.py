@@ -23,11 +23,12 @@ learning anything else). Verdict: `sigprop.experiments.verdicts.dslm_depth` (eve
 every standard run at DSLM's lr fails: reproduced; DSLM trains and some standard runs fail, or a
 standard model's largest stable lr is below DSLM's: partly).
 
-Wall time (estimate, from timed points on the 2-core machine, CPU time of one process: a 192-layer
-step ≈ 0.32 s at this size, a 1000-layer step ≈ 1.5 s at width 32, so ≈ 1.7 s at width 64): 12 tuning runs
-(+ up to 2 extensions per model) and 8 scored 192-layer runs of ≈ 1.8 min, 36–50 core-min, and the two
-1000-layer runs ≈ 9 min each: 54–68 core-min, ≈ 27–34 min with ``jobs=2`` (at the edge of a 30-minute
-budget; ``deep_seeds=(0,)`` saves 4–5 min).
+Wall time (measured on the 2-core machine, ``jobs=2``, shared with other runs at load 2–6): 141.7 min
+for 25 points — 23 at 192 layers (160–800 s each; 640–1460 s for standard Post-LN, whose trained
+gradients are subnormal floats, see ``train.flush_denormal``) and 2 at 1000 layers run side by side. The
+points' training times (timed under that load) sum to 4.0 hours, so even alone the run takes well over
+30 minutes; ``deep_seeds=(0,)`` or ``train.flush_denormal`` (which changes the standard Post-LN numbers)
+would shorten it.
 
     from sigprop.experiments import dslm_depth
     summary = dslm_depth.run("runs/dslm-depth")            # dslm-depth.{json,png,md}
