@@ -54,7 +54,7 @@ from ..train.sweep import SweepSpec, finished_records, run_sweep  # noqa: E402
 from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
-from .training import resolve_sizes, unigram_loss  # noqa: E402
+from .training import resolve_sizes, unigram_by_seed  # noqa: E402
 from .tuning import MAX_EXTEND, next_lr  # noqa: E402
 
 NAME = "depth-transfer"
@@ -135,26 +135,23 @@ def _sweep(out: Path, label: str, overrides: dict[str, Any], size_values: list[i
     panel["sensitivity_largest"] = summary["groups"][-1]["sensitivity"]
     panel["best_loss_largest"] = summary["groups"][-1]["best_loss"]
     panel["lr_grid"], panel["extended"] = lrs, extended
-    panel["explain"] = explain(records, size)
+    panel["explain"] = explain(records, size, summary["groups"])
     return {"summary": summary, "tokenizer": records[0]["config"]["data"]["tokenizer"],
             "wall_s": sum(r["wall_s"] for r in records), "records": records}
 
 
-def explain(records: list[dict[str, Any]], size: str) -> dict[str, Any]:
-    """What explains a panel's curves, per size at its largest lr and at its best lr: the largest attention
-    logit and the smallest attention entropy at the end of training, the median and largest pre-clip
-    gradient norm, whether it diverged."""
+def explain(records: list[dict[str, Any]], size: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """What explains a panel's curves, per size at its largest lr and at its best lr (the group's η* from
+    `summarize`): the largest attention logit and the smallest attention entropy at the end of training, the
+    median and largest pre-clip gradient norm, whether it diverged."""
     out: dict[str, Any] = {}
-    for value in sorted({r["point"][size] for r in records}):
-        rs = [r for r in records if r["point"][size] == value]
-        top = max(r["point"]["optim.lr"] for r in rs)
-        finite = [r for r in rs if not r["diverged"]]
-        best = min(finite, key=lambda r: r["final_val_loss"])["point"]["optim.lr"] if finite else None
-        out[str(value)] = {name: [{"lr": r["point"]["optim.lr"], "seed": r["point"]["seed"], "diverged": r["diverged"],
-                                   "max_attn_logit": r["max_attn_logit"], "min_attn_entropy": r["min_attn_entropy"],
-                                   "grad_norm_median": r["grad_norm"]["median"], "grad_norm_max": r["grad_norm"]["max"]}
-                                  for r in rs if r["point"]["optim.lr"] == lr]
-                           for name, lr in (("largest_lr", top), ("best_lr", best)) if lr is not None}
+    for g in groups:
+        rs = [r for r in records if r["point"][size] == g["size"]]
+        out[str(g["size"])] = {name: [{"lr": r["point"]["optim.lr"], "seed": r["point"]["seed"], "diverged": r["diverged"],
+                                       "max_attn_logit": r["max_attn_logit"], "min_attn_entropy": r["min_attn_entropy"],
+                                       "grad_norm_median": r["grad_norm"]["median"], "grad_norm_max": r["grad_norm"]["max"]}
+                                      for r in rs if r["point"]["optim.lr"] == lr]
+                               for name, lr in (("largest_lr", g["lrs"][-1]), ("best_lr", g["best_lr"])) if lr is not None}
     return out
 
 
@@ -206,11 +203,11 @@ def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
               "(largest attention logit, smallest attention entropy, median / largest pre-clip gradient norm):", "",
               "| sweep | scheme | size | lr | diverged | max logit | min entropy | grad norm median / max |",
               "|---|---|---|---|---|---|---|---|"]
+    num = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
     for kind in ("depth", "width"):
         for label, r in result[kind].items():
             size, e = list(r["summary"]["panels"][0]["explain"].items())[-1]
             for row in e["largest_lr"]:
-                num = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
                 lines.append(f"| {kind} | {label} | {size} | {row['lr']:g} | {row['diverged']} | {num(row['max_attn_logit'])} | "
                              f"{num(row['min_attn_entropy'])} | {num(row['grad_norm_median'])} / {num(row['grad_norm_max'])} |")
     lines += ["", f"**Verdict: {result['verdict']}.** {result['verdict_reason']}", ""]
@@ -235,19 +232,18 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
         width[label] = _sweep(out, f"width {label}", {**over, "model.n_layers": s["width_depth"]}, s["widths"],
                               "model.d_model", run_s, tokenizer)
     trained = finished_points(out) != before
-    panels = {k: r["summary"]["panels"][0] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
+    sweeps = {**depth, **{f"width {k}": r for k, r in width.items()}}
+    panels = {k: r["summary"]["panels"][0] for k, r in sweeps.items()}
     v, reason = judge({"panels": panels})
-    first = {}                                   # one finished point per seed: the split depends on the seed only
-    for r in depth[next(iter(VARIANTS))]["records"]:
-        first.setdefault(r["point"]["seed"], r["config"]["train"]["out_dir"])
-    unigram = float(sum(unigram_loss(d) for d in first.values()) / len(first))
+    by_seed = unigram_by_seed(depth[next(iter(VARIANTS))]["records"])
+    unigram = float(sum(by_seed.values()) / len(by_seed))
     result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason, "unigram": unigram}
     summary = {"verdict": v, "verdict_reason": reason, "seeds": list(s["seeds"]), "sizes": s, "panels": panels,
                "unigram_val_loss": unigram,
                # wall: the call that trained the points (a call that only re-reads them keeps it); points: summed
                "wall_s": round(time.perf_counter() - start, 1) if trained or previous is None else previous,
-               "points_s": round(sum(r["wall_s"] for r in [*depth.values(), *width.values()]), 1)}
-    data = {k: r["summary"]["groups"] for k, r in {**depth, **{f"width {k}": r for k, r in width.items()}}.items()}
+               "points_s": round(sum(r["wall_s"] for r in sweeps.values()), 1)}
+    data = {k: r["summary"]["groups"] for k, r in sweeps.items()}
     combined = {"size": "size", "groups": [g for rows in data.values() for g in rows],
                 "panels": list(summary["panels"].values())}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

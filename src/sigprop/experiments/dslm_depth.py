@@ -50,7 +50,7 @@ from . import verdicts  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import param_count, resolve_sizes, seed_stats, unigram_loss  # noqa: E402
+from .training import param_count, resolve_sizes, seed_stats, unigram_by_seed  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, sweep_runs, tune_all  # noqa: E402
 
 NAME = "dslm-depth"
@@ -123,10 +123,7 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
             seeds = s["seeds"] if depth == s["depth"] else s["deep_seeds"]
             chosen = lr[norm_of(k.split(" depth")[0])]
             runs[k] = sweep_runs(sweeps, tables(s, *cfg, depth), [chosen], seeds, s["jobs"]) if chosen else []
-    first = {}
-    for r in [*(r for k in CONFIGS for r in tuned[k]["tuning_runs"]), *(r for rs in runs.values() for r in rs)]:
-        first.setdefault(r["seed"], r["config"]["train"]["out_dir"])
-    unigram = {seed: unigram_loss(d) for seed, d in first.items()}   # the split depends on the seed only
+    unigram = unigram_by_seed([*(r for k in CONFIGS for r in tuned[k]["tuning_runs"]), *(r for rs in runs.values() for r in rs)])
     configs: dict[str, Any] = {}
     for k, rs in runs.items():
         (scheme, _), depth = plan[k]

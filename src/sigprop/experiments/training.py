@@ -131,6 +131,15 @@ def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict
     return {**base, **overrides}
 
 
+def unigram_by_seed(records: Iterable[Mapping[str, Any]]) -> dict[int, float]:
+    """seed → `unigram_loss` of the first finished sweep record (``config.train``) with that seed: the data
+    split depends on the seed only, so one run per seed gives every run's unigram level."""
+    first: dict[int, str] = {}
+    for r in records:
+        first.setdefault(r["config"]["train"]["seed"], r["config"]["train"]["out_dir"])
+    return {seed: unigram_loss(d) for seed, d in first.items()}
+
+
 def seed_stats(values: Iterable[float]) -> dict[str, Any]:
     """Mean, sample std (0 for one seed), standard error of the mean and the per-seed values over seeds;
     the mean is NaN if any value is (a diverged run)."""
