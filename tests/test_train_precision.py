@@ -10,6 +10,7 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
 from sigprop.train import load_config, read_jsonl, train
 from sigprop.train.callbacks import Callback
+from sigprop.train.run import flushed_denormals
 from sigprop.train.parallel import autocast
 
 
@@ -90,3 +91,11 @@ def test_flush_denormal_only_inside_the_run_and_numbers_unchanged(tmp_path):
     assert all(kept_off) and not any(kept_on)
     assert float(torch.tensor(1e-39) * 1.5) != 0.0          # IEEE behaviour is back after the run
     assert loss_on == loss_off                              # no subnormal in this run: bit-identical losses
+
+
+def test_flushed_denormals_restores_ieee_when_the_block_raises():
+    with pytest.raises(RuntimeError):
+        with flushed_denormals(True):
+            assert float(torch.tensor(1e-39) * 1.5) == 0.0
+            raise RuntimeError("a failed run")
+    assert float(torch.tensor(1e-39) * 1.5) != 0.0

@@ -77,9 +77,9 @@ def correlations(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], n_t
     ``ffn_kernel``: `sigprop.theory.dslm.gram_correlations` on sampled Zipf sequences up to
     ``GRAM_MAX_TOKENS`` tokens (``dslm_r0`` and a ViT: one sequence of uniform correlation), the mean
     recursion `sigprop.theory.dslm.block_correlations` beyond."""
-    lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
-    n_blocks, causal, attentions = stack_layers(cfg, stack), stack == "dec", sublayers_per_block(cfg, stack) - 1
     if cfg.n_tokens > theory_dslm.GRAM_MAX_TOKENS:
+        lam, beta = DSLM().residual(cfg, Site(stack, 0, "attn"))
+        n_blocks, causal, attentions = stack_layers(cfg, stack), stack == "dec", sublayers_per_block(cfg, stack) - 1
         return theory_dslm.block_correlations(embedding_pairs(cfg, n_tables, shared), n_blocks, lam, beta,
                                               cfg.dropout, cfg.n_tokens, causal, cfg.d_model, cfg.n_heads,
                                               ffn_kernel, attentions=attentions)

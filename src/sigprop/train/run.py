@@ -1,11 +1,12 @@
 """Assemble and run: run folder, seeds, data, model, trainer; and reload a finished run."""
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -41,31 +42,42 @@ def prepare_run_dir(cfg: RunConfig, argv: Sequence[str] | None) -> Path:
     return run_dir
 
 
+@contextlib.contextmanager
+def flushed_denormals(enabled: bool) -> Iterator[None]:
+    """While inside, if ``enabled``: CPU arithmetic treats subnormal floats (|x| < 1.2e-38 in float32) as 0;
+    IEEE behaviour again on the way out, however the block ends."""
+    if not enabled:
+        yield
+        return
+    if not torch.set_flush_denormal(True):
+        raise ValueError("train.flush_denormal=true needs a CPU that supports it (x86 with SSE3); set it to false")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str] | None = None) -> Trainer:
     """Run a whole training (one process, or one rank under torchrun); returns the finished trainer.
 
-    ``train.flush_denormal``: CPU arithmetic treats subnormal floats (|x| < 1.2e-38 in float32) as 0 for the
-    run, then returns to IEEE behaviour. Numbers are unchanged unless a subnormal occurs; where gradients
-    vanish through depth (a trained 192-layer standard Post-LN stack holds ~10⁶ subnormal gradient entries),
-    each operation on them costs many times a normal one, and flushing made such steps 3–4× faster
+    ``train.flush_denormal`` (`flushed_denormals`): numbers are unchanged unless a subnormal occurs; where
+    gradients vanish through depth (a trained 192-layer standard Post-LN stack holds ~10⁶ subnormal gradient
+    entries), each operation on them costs many times a normal one, and flushing made such steps 3–4× faster
     (bench/RESULTS.md)."""
-    if cfg.train.flush_denormal and not torch.set_flush_denormal(True):
-        raise ValueError("train.flush_denormal=true needs a CPU that supports it (x86 with SSE3); set it to false")
-    dist = init_distributed(cfg.train.device)
-    try:
-        run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)   # every rank fails alike
-        barrier(dist)
-        data = prepare_data(cfg, run_dir, save_tokenizer=dist.is_main)
-        seed_everything(cfg.train.seed)
-        model = build_model(cfg.model)
-        torch.manual_seed(cfg.train.seed + 1 + dist.rank)   # per-rank stream for dropout
-        trainer = Trainer(cfg, model, data, run_dir, dist, callbacks)
-        trainer.fit()
-        return trainer
-    finally:
-        shutdown(dist)
-        if cfg.train.flush_denormal:
-            torch.set_flush_denormal(False)
+    with flushed_denormals(cfg.train.flush_denormal):
+        dist = init_distributed(cfg.train.device)
+        try:
+            run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)   # every rank fails alike
+            barrier(dist)
+            data = prepare_data(cfg, run_dir, save_tokenizer=dist.is_main)
+            seed_everything(cfg.train.seed)
+            model = build_model(cfg.model)
+            torch.manual_seed(cfg.train.seed + 1 + dist.rank)   # per-rank stream for dropout
+            trainer = Trainer(cfg, model, data, run_dir, dist, callbacks)
+            trainer.fit()
+            return trainer
+        finally:
+            shutdown(dist)
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
