@@ -42,4 +42,7 @@ def test_quick_run(tmp_path, claim_outputs):
     # a 2-lr grid always has its optimum at an edge, so the quick run extends every sweep once
     for p in summary["panels"].values():
         assert len(p["lr_grid"]) in (3, 4) and len(p["extended"]) == 1
+        # each size's final loss per scored seed at its own best lr
+        assert p["seeds"] == [0] and set(p["final_loss"]) == {str(n) for n in p["sizes"]}
+        assert all(len(v) == 1 for v in p["final_loss"].values())
     assert dt.judge(summary) == (summary["verdict"], summary["verdict_reason"])

@@ -134,7 +134,9 @@ def _sweep(out: Path, label: str, overrides: dict[str, Any], size_values: list[i
     panel["status"] = transfer_status(panel)
     panel["sensitivity_largest"] = summary["groups"][-1]["sensitivity"]
     panel["best_loss_largest"] = summary["groups"][-1]["best_loss"]
-    panel["lr_grid"], panel["extended"] = lrs, extended
+    panel["lr_grid"], panel["extended"], panel["seeds"] = lrs, extended, list(s["seeds"])
+    panel["final_loss"] = {str(g["size"]): [r["final_val_loss"] for r in records if r["point"][size] == g["size"]
+                                            and r["point"]["optim.lr"] == g["best_lr"]] for g in summary["groups"]}
     panel["explain"] = explain(records, size, summary["groups"])
     return {"summary": summary, "tokenizer": records[0]["config"]["data"]["tokenizer"],
             "wall_s": sum(r["wall_s"] for r in records), "records": records}
