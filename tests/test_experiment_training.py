@@ -38,3 +38,24 @@ def test_train_run_interrupted_is_not_a_result(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt, match="interrupted .SIGINT. at step 2"):
         training.train_run(tmp_path / "r", TINY, data=DATA, train_cfg={"steps": 5, "batch_size": 2})
     assert list((tmp_path / "r" / "checkpoints").iterdir())
+
+
+def test_unigram_nll_scores_only_the_targets_that_carry_a_loss():
+    """Against a hand count: masked LM targets are IGNORE except at the picked positions, which alone
+    enter the unigram level (an IGNORE entry read as a token id would index the table from its end)."""
+    from collections import Counter
+
+    import torch
+
+    from sigprop.experiments.training import unigram_nll
+    from sigprop.train.objectives import MaskedLM
+
+    vocab, gen = 300, torch.Generator().manual_seed(0)
+    train_tokens = torch.randint(4, vocab, (5000,), generator=gen) % 37 + 4     # skewed: 37 ids used
+    val = MaskedLM(torch.randint(4, 41, (4096,), generator=gen), seq_len=32, vocab_size=vocab)
+    targets = val.batch(torch.arange(64), gen).targets
+    counts = Counter(train_tokens.tolist())
+    picked = [t for t in targets.flatten().tolist() if t >= 0]
+    expected = -sum(math.log((counts[t] + 1) / (len(train_tokens) + vocab)) for t in picked) / len(picked)
+    assert 0.1 < len(picked) / targets.numel() < 0.2
+    assert unigram_nll(train_tokens, targets, vocab) == pytest.approx(expected, rel=1e-12)

@@ -37,7 +37,6 @@ settings ≈ 12 core-min: ≈ 33 core-min in all, ≈ 17–22 min with ``jobs=2`
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -49,7 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import verdicts  # noqa: E402
-from .outputs import write_outputs  # noqa: E402
+from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
 from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
@@ -212,7 +211,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEE
     ``quick``: one seed, the middle lr of each grid, no extension, `QUICK_STEPS` steps, `QUICK_CHARS` of
     text, in this process (a smoke run).
     """
-    start = time.time()
+    clock = WallClock(out_dir, NAME)
     seeds = [0] if quick else list(seeds)
     unknown = sorted(set(settings or ()) - set(SETTINGS))
     if unknown:
@@ -244,7 +243,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEE
                      "params_ratio_non_embedding": deep["non_embedding_params"] / wide["non_embedding_params"],
                      "models": models, **verdicts.deep_thin_gap(models),
                      "gap_curve": gap_curve(data[name])}
-    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED, "settings": out, "wall_s": round(time.time() - start, 1)}
+    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED, "settings": out, "wall_s": clock.seconds()}
     name, reason = judge(summary)
     return data, {"verdict": name, "verdict_reason": reason, **summary}
 

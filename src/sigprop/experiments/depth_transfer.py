@@ -39,9 +39,7 @@ widths 32–64, 12 s at 128, 30 s at 256, timed under that load), so two workers
 """
 from __future__ import annotations
 
-import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +48,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..train.sweep import SweepSpec, finished_records, run_sweep  # noqa: E402
+from ..train.sweep import SweepSpec, run_sweep  # noqa: E402
 from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize  # noqa: E402
 from . import verdicts  # noqa: E402
-from .outputs import write_outputs  # noqa: E402
+from .outputs import WallClock, write_outputs  # noqa: E402
 from .training import resolve_sizes, unigram_by_seed  # noqa: E402
 from .tuning import MAX_EXTEND, next_lr  # noqa: E402
 
@@ -157,17 +155,6 @@ def explain(records: list[dict[str, Any]], size: str, groups: list[dict[str, Any
     return out
 
 
-def finished_points(out: Path) -> int:
-    """How many points the sweeps under ``out/sweeps`` hold as finished."""
-    return sum(len(finished_records(f)) for f in (out / "sweeps").glob("*/sweep.jsonl"))
-
-
-def saved_wall(out: Path) -> float | None:
-    """The wall time in an earlier ``NAME.json`` of ``out``, if any."""
-    path = out / f"{NAME}.json"
-    return json.loads(path.read_text())["summary"].get("wall_s") if path.exists() else None
-
-
 def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
     """The section: claim, setup, rule, per-scheme table, what explains the curves, verdict."""
     lines = [f"## {NAME} — does the best learning rate transfer across depth and width?", "",
@@ -222,8 +209,7 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     ``sizes`` override `FULL` (or `QUICK`): depths, width, widths, width_depth, lrs, seeds, steps, batch, seq,
     vocab, max_chars, jobs, max_extend. Returns the summary (verdict included)."""
     s = resolve_sizes(QUICK if quick else FULL, sizes)
-    out, start = Path(out_dir), time.perf_counter()
-    before, previous = finished_points(out), saved_wall(out)
+    out, clock = Path(out_dir), WallClock(out_dir, NAME)
     tokenizer: str | None = None
     depth, width = {}, {}
     run_s = {**s, "progress": show_progress}
@@ -233,7 +219,6 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     for label, over in WIDTH_VARIANTS.items():
         width[label] = _sweep(out, f"width {label}", {**over, "model.n_layers": s["width_depth"]}, s["widths"],
                               "model.d_model", run_s, tokenizer)
-    trained = finished_points(out) != before
     sweeps = {**depth, **{f"width {k}": r for k, r in width.items()}}
     panels = {k: r["summary"]["panels"][0] for k, r in sweeps.items()}
     v, reason = judge({"panels": panels})
@@ -242,8 +227,7 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **
     result = {"depth": depth, "width": width, "verdict": v, "verdict_reason": reason, "unigram": unigram}
     summary = {"verdict": v, "verdict_reason": reason, "seeds": list(s["seeds"]), "sizes": s, "panels": panels,
                "unigram_val_loss": unigram,
-               # wall: the call that trained the points (a call that only re-reads them keeps it); points: summed
-               "wall_s": round(time.perf_counter() - start, 1) if trained or previous is None else previous,
+               "wall_s": clock.seconds(),
                "points_s": round(sum(r["wall_s"] for r in sweeps.values()), 1)}
     data = {k: r["summary"]["groups"] for k, r in sweeps.items()}
     combined = {"size": "size", "groups": [g for rows in data.values() for g in rows],

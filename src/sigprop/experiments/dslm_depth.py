@@ -36,7 +36,6 @@ would shorten it.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,7 +47,7 @@ import numpy as np  # noqa: E402
 
 from . import verdicts  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
-from .outputs import write_outputs  # noqa: E402
+from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
 from .training import param_count, resolve_sizes, seed_stats, unigram_by_seed  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, sweep_runs, tune_all  # noqa: E402
@@ -106,7 +105,7 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
     lrs, seeds, deep_seeds, deep_norms (DSLM norms at deep_depth), eval_every, jobs, max_extend.
     """
     s = resolve_sizes(QUICK if quick else FULL, sizes)
-    sweeps, start = Path(out_dir) / "sweeps", time.perf_counter()
+    sweeps, clock = Path(out_dir) / "sweeps", WallClock(out_dir, NAME)
     dslm = [k for k, (scheme, _) in CONFIGS.items() if scheme == "dslm"]
     standard = [k for k in CONFIGS if k not in dslm]
     grid = lambda k: (tables(s, *CONFIGS[k], s["depth"]), s["lrs"])  # noqa: E731
@@ -139,7 +138,7 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
         configs[k] = entry
     summary = {"configs": configs, "seeds": list(s["seeds"]), "deep_seeds": list(s["deep_seeds"]),
                "tuning_seed": TUNING_SEED, "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in s.items()},
-               "wall_s": round(time.perf_counter() - start, 1)}
+               "wall_s": clock.seconds()}
     name, reason = judge(summary)
     summary = {"verdict": name, "verdict_reason": reason, **summary}
     curves = {k: [{"seed": r["seed"], "lr": r["lr"], "val_curve": r["val_curve"],

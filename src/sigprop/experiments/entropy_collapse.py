@@ -36,7 +36,6 @@ both grid extensions.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import verdicts  # noqa: E402
-from .outputs import progress, write_outputs  # noqa: E402
+from .outputs import WallClock, progress, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
 from .shaped_vs_preln import DATA, MODEL, shaped_model, tables  # noqa: E402
 from .training import finished, mean_curve, resolve_sizes  # noqa: E402
@@ -188,7 +187,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
     entropy and loss curves per model and lr, summary: per-model numbers, the verdicts and the setup).
     ``quick``: 12 steps, 2 layers, width 32, batch 8, the first seed at the middle lr, no extension;
     ``sizes`` override the size's keys (steps, batch_size, n_layers, d_model, eval_batches, jobs, max_extend)."""
-    start = time.time()
+    clock = WallClock(out_dir, NAME)
     size = resolve_sizes(QUICK if quick else FULL, sizes)
     seeds, grid = (list(seeds[:1]), list(lrs[1:2])) if quick else (list(seeds), sorted(lrs))
     if size["max_extend"] and len(grid) < 2:
@@ -222,7 +221,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
                             "attn_entropy": per_lr(rs, "attn_entropy"), "max_logit": per_lr(rs, "max_logit"),
                             "stream_rms": per_lr(rs, "stream_rms"),
                             "diverged": {k: sum(r["diverged"] for r in rs if f"{r['lr']:g}" == k) for k in loss}}
-    summary = {"seeds": seeds, "lr_grid": grid, "extended": extended, "wall_s": round(time.time() - start, 1),
+    summary = {"seeds": seeds, "lr_grid": grid, "extended": extended, "wall_s": clock.seconds(),
                "threshold": limit, "models": per_model,
                "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": max(1, size["steps"] // 10),
                          "diag_every": diag_every}}

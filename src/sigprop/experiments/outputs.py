@@ -1,8 +1,9 @@
 """What every experiment writes: ``NAME.json`` ({"summary", "data"}), ``NAME.png`` and ``NAME.md``
-(a Markdown section), plus the progress bar that wraps long loops."""
+(a Markdown section), the wall time it reports, and the progress bar that wraps long loops."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
@@ -11,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..train.sweep import finished_records  # noqa: E402
 from .report import Table  # noqa: E402
 
 T = TypeVar("T")
@@ -27,6 +29,31 @@ def write_outputs(out_dir: str | Path, name: str, data: dict[str, Any], summary:
     (out / f"{name}.json").write_text(json.dumps({"summary": summary, "data": data}, indent=1))
     (out / f"{name}.md").write_text(md)
     return summary
+
+
+def finished_points(out_dir: str | Path) -> int:
+    """How many finished sweep points the ``sweep.jsonl`` files anywhere under ``out_dir`` hold."""
+    return sum(len(finished_records(f)) for f in Path(out_dir).rglob("sweep.jsonl"))
+
+
+class WallClock:
+    """The wall time a claim runner reports for the call that trained its points.
+
+    Started when the runner starts; `seconds` is the time since then if the call trained a sweep point
+    under ``out_dir`` or no earlier ``NAME.json`` is there, else the earlier summary's ``wall_s``: a call
+    that only re-reads finished points (to re-derive a summary) keeps the figure that was measured. A
+    resumed call reports the time it took itself (the points it trained)."""
+
+    def __init__(self, out_dir: str | Path, name: str) -> None:
+        self.out, self.start = Path(out_dir), time.perf_counter()
+        self.before = finished_points(self.out)
+        saved = self.out / f"{name}.json"
+        self.previous = json.loads(saved.read_text())["summary"].get("wall_s") if saved.exists() else None
+
+    def seconds(self) -> float:
+        if self.previous is None or finished_points(self.out) != self.before:
+            return round(time.perf_counter() - self.start, 1)
+        return self.previous
 
 
 def progress(items: Iterable[T], desc: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:

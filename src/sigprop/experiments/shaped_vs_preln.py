@@ -33,7 +33,6 @@ beside it on the 2-core machine): 7 models × (4 tuning lrs + ≤ 2 extensions +
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,7 +43,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import verdicts  # noqa: E402
-from .outputs import write_outputs  # noqa: E402
+from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
 from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_loss  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
@@ -173,7 +172,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
     jobs, max_extend). ``qk_scaling``: the shaped models' parametrization ("init", the paper's training
     form, or "temperature"; identical at init).
     """
-    start = time.time()
+    clock = WallClock(out_dir, NAME)
     size = resolve_sizes(QUICK if quick else FULL, sizes)
     seeds = list(seeds[:1] if quick else seeds)
     chosen = models(GAMMAS[:1] if quick else GAMMAS, qk_scaling)
@@ -188,7 +187,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
     unigram = [unigram_loss(r["config"]["train"]["out_dir"]) for r in baseline_runs]
     shaped = next(o for k, (o, _) in chosen.items() if k != BASELINE)
     summary = {"seeds": seeds, "tuning_seed": TUNING_SEED,
-               "wall_s": round(time.time() - start, 1), "unigram_val_loss": float(np.mean(unigram)),
+               "wall_s": clock.seconds(), "unigram_val_loss": float(np.mean(unigram)),
                "params": {k: param_count(tables(size, o)["model"]) for k, o in (("preln", chosen[BASELINE][0]),
                                                                               ("shaped", shaped))},
                "setup": {**size, **MODEL, "seq_len": DATA["seq_len"], "warmup": warmup(size["steps"]),

@@ -25,6 +25,7 @@ from ..models.build import ARCHITECTURES
 from ..train.config import RunConfig, from_mapping, load_config
 from ..train.data import prepare_data
 from ..train.logging import read_jsonl
+from ..train.objectives import IGNORE
 from ..train.run import train
 from ..train.sampler import generator
 from ..train.trainer import EVAL_STREAM, NonFiniteLossError
@@ -109,17 +110,25 @@ def read_run(run_dir: str | Path, error: str | None = None) -> dict[str, Any]:
             "diverged": diverged, "error": error, "steps_done": steps[-1][0] if steps else 0}
 
 
+def unigram_nll(train_tokens: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> float:
+    """U = −mean log p̂(t) over the ``targets`` t that carry a loss (``IGNORE`` entries skipped, as the
+    training loss skips them: masked LM scores only its picked positions), p̂(k) = (n_k + 1) / (N + V), the
+    add-one-smoothed frequencies of the N ``train_tokens`` over V = ``vocab_size`` ids."""
+    counts = torch.bincount(train_tokens.flatten(), minlength=vocab_size).double() + 1.0
+    scored = targets[targets != IGNORE]
+    return float(-(counts / counts.sum()).log()[scored].mean())
+
+
 def unigram_loss(run_dir: str | Path) -> float:
-    """U = −mean log p̂(t) over a finished run's evaluation targets t, p̂ = add-one-smoothed unigram
-    frequencies of its training split (same tokenizer, split and evaluation batch as the run): the loss
-    of a model that learned token frequencies and ignores the context."""
+    """`unigram_nll` of a finished run's evaluation targets under its training split's frequencies (same
+    tokenizer, split and evaluation batch as the run): the loss of a model that learned token frequencies
+    and ignores the context."""
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / "config.toml", [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
     data = prepare_data(cfg, run_dir, save_tokenizer=False)
-    counts = torch.bincount(data.train.tokens, minlength=data.tokenizer.vocab_size).double() + 1.0
     n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
     targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
-    return float(-(counts / counts.sum()).log()[targets].mean())
+    return unigram_nll(data.train.tokens, targets, data.tokenizer.vocab_size)
 
 
 def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
