@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from sigprop.experiments import deep_thin
@@ -36,5 +38,8 @@ def test_quick_run(tmp_path, claim_outputs):
             for r in rs:
                 assert not r["diverged"], (name, kind)
                 assert r["final_val_loss"] < r["initial_val_loss"], (name, kind, r["val_curve"])
+    for name, st in s["settings"].items():               # the context-free level of each text setting
+        u = st["unigram_val_loss"]
+        assert u is None if deep_thin.SETTINGS[name].arch == "vit" else 0 < u["mean"] < math.log(deep_thin.VOCAB)
     assert s["verdict"] == "inconclusive"                  # one lr, one seed
     assert deep_thin.judge(saved["summary"])[0] == s["verdict"]

@@ -27,10 +27,10 @@ final validation loss is lower than shallow-wide's by more than the combined sta
 it wins in all six, partly if in some; inconclusive if a chosen lr is still at its grid's edge). The
 figure plots the gap Δ(step) = shallow − deep seed-mean validation loss over training.
 
-Wall time (estimate, from timed points on the 2-core machine: a step of the 8L×32 decoder ≈ 32 ms, of
-the 2L×64 one ≈ 20 ms, of the 8L×32 encoder-decoder ≈ 80 ms, encoders and ViT 20–33 ms): per shape 3
-tuning lrs (+ ≤ 2 extensions) and 2 seeds, 5–7 runs; the decoder pairs ≈ 21 core-min, the other four
-settings ≈ 12 core-min: ≈ 33 core-min in all, ≈ 17–22 min with ``jobs=2``.
+Wall time (measured on the 2-core machine, ``jobs=2``, otherwise idle): 28.9 min for 62 points (per shape 3
+tuning lrs, one extension in two of the twelve grids, 2 scored seeds), whose training times sum to 46.7 min; a
+2000-step 8L×32 decoder point takes 95–110 s, a 2L×64 one 55–62 s, the 600-step encoder points 18–38 s,
+encoder-decoder points 29–65 s and ViT points 11–19 s.
 
     from sigprop.experiments import deep_thin
     summary = deep_thin.run("runs/deep-thin")                 # deep-thin.json / .png / .md
@@ -50,7 +50,8 @@ import numpy as np  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable  # noqa: E402
+from .training import (finished, mean_curve, meta_model, param_count, seed_stats, trainable,  # noqa: E402
+                       unigram_by_seed)
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
 
 NAME = "deep-thin"
@@ -134,12 +135,14 @@ def table(summary: dict[str, Any]) -> Table:
     """One row per model of each pair (its own lr); the pair's loss gap and winner on its first row."""
     rows = []
     for name, s in summary["settings"].items():
+        unigram = s.get("unigram_val_loss")
         for i, (kind, m) in enumerate(s["models"].items()):
+            first = [name, f"{unigram['mean']:.3f}" if unigram else "—"] if i == 0 else ["", ""]
             gap = ([f"{s['gap']:+.3f} ± {s['se']:.3f}", "yes" if s["deep_wins"] else "no"] if i == 0 else ["", ""])
-            rows.append([name if i == 0 else "", f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}",
+            rows.append([*first, f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}",
                          lr_summary(m), f"{m['params']:,} / {m['non_embedding_params']:,}",
                          _fmt(m["final_val_loss"]), _fmt(m["final_val_acc"]), *gap])
-    return Table(["setting", "model", "steps, batch", "lr (tuning seed)", "params total / non-emb",
+    return Table(["setting", "unigram loss", "model", "steps, batch", "lr (tuning seed)", "params total / non-emb",
                   "final val loss", "val acc", "Δ ± s.e.", "deep wins"], rows)
 
 
@@ -156,7 +159,8 @@ def markdown(summary: dict[str, Any]) -> str:
              "the same steps and batch within a pair, each shape at its own lr, chosen on tuning seed "
              f"{summary['tuning_seed']} (not scored). Scored seeds {summary['seeds']}. Parameters: non-embedding "
              "block weights equal (deep-thin +0.5 % LayerNorm gains), total fewer for deep-thin (halved "
-             "embedding tables). Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e.", "",
+             "embedding tables). Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e. Unigram loss: "
+             "the seed-mean validation loss of token frequencies without context (text settings).", "",
              table(summary).markdown()]
     lines += ["", f"**Verdict: {summary['verdict']}.** {summary['verdict_reason']}", ""]
     return "\n".join(lines)
@@ -238,7 +242,9 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEE
                             "diverged": sum(r["diverged"] for r in t["runs"]),
                             "wall_s": round(sum(r["wall_s"] for r in t["tuning_runs"] + t["runs"]), 1)}
         deep, wide = models["deep-thin"], models["shallow-wide"]
+        unigram = unigram_by_seed(tuned[f"{name}/shallow-wide"]["runs"]) if setting.arch != "vit" else {}
         out[name] = {"steps": n_steps[name], "batch_size": setting.batch_size,
+                     "unigram_val_loss": seed_stats(unigram[k] for k in sorted(unigram)) if unigram else None,
                      "params_ratio_total": deep["params"] / wide["params"],
                      "params_ratio_non_embedding": deep["non_embedding_params"] / wide["non_embedding_params"],
                      "models": models, **verdicts.deep_thin_gap(models),
