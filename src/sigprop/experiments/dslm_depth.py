@@ -45,6 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..train.sweep_report import log_ticks  # noqa: E402
 from . import verdicts  # noqa: E402
 from .dslm_moments import CONFIGS  # noqa: E402
 from .outputs import WallClock, write_outputs  # noqa: E402
@@ -183,7 +184,8 @@ def plot(curves: dict[str, Any], summary: dict[str, Any], s: dict[str, Any]) -> 
                 c.plot(gx, gy, color=colors[label], lw=0.8, label=label if i == 0 else None)
     if u is not None:
         b.axhline(u, color="k", ls="--", lw=0.8, label="unigram loss (tuning seed)")
-    a.set(xscale="log", xlabel="peak lr", ylabel="final val loss, tuning seed", title=f"{s['depth']} layers: lr grid")
+    log_ticks(a, [lr for c in cfgs.values() for lr in c.get("lr_grid", ())])
+    a.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title=f"{s['depth']} layers: lr grid")
     b.set(xlabel="step", ylabel="validation loss (nats/token)", title="scored runs at DSLM's lr")
     c.set(xlabel="step", ylabel="gradient norm (before clip 1.0)", yscale="log", title=f"{s['depth']} layers")
     for ax in (a, b, c):

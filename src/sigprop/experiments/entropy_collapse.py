@@ -45,6 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..train.sweep_report import log_ticks  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import WallClock, progress, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
@@ -128,10 +129,12 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
                      for v in m["max_logit"].values()], ls=ls, color=color, marker="o", ms=3, label=label)
     for ax in (a, b):
         ax.axhline(limit, color="grey", ls=":", label="collapse threshold")
-    a.set(xscale="log", xlabel="peak lr", ylabel="final attention entropy (layer mean, nats)",
+    log_ticks(a, summary["lr_grid"])
+    log_ticks(c, summary["lr_grid"])
+    a.set(xlabel="peak lr", ylabel="final attention entropy (layer mean, nats)",
           title="entropy at the end of training")
     b.set(xlabel="step", ylabel="attention entropy (layer mean, nats)", title=f"entropy vs step, lr {top}")
-    c.set(xscale="log", yscale="log", xlabel="peak lr", ylabel="largest attention logit (layer mean)",
+    c.set(yscale="log", xlabel="peak lr", ylabel="largest attention logit (layer mean)",
           title="the cause: attention logits")
     for ax in (a, b, c):
         ax.legend(fontsize=7)

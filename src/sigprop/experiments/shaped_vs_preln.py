@@ -42,6 +42,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..train.sweep_report import log_ticks  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
@@ -116,7 +117,8 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
         b.plot(curve["step"], curve["mean"], ls=ls, color=color, lw=2.5 if label == BASELINE else 1.2, label=label)
         f = np.asarray(m["final_loss"], dtype=float)
         c.scatter(np.full(len(f), i), f, s=12, color=color, zorder=3)
-    a.set(xscale="log", xlabel="peak lr", ylabel="final val loss, tuning seed", title="lr grids (ring: chosen)")
+    log_ticks(a, [lr for m in summary["models"].values() for lr in m["lr_grid"]])
+    a.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title="lr grids (ring: chosen)")
     b.axhline(summary["unigram_val_loss"], color="grey", ls=":", label="unigram level")
     b.set(xlabel="step", ylabel="validation MLM loss (nats)", title="validation loss at each model's lr")
     ref = summary["models"][BASELINE]["final_val_loss"]["mean"]

@@ -77,6 +77,21 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def log_ticks(ax: Any, values: Sequence[float], axis: str = "x") -> None:
+    """Put ``axis`` of ``ax`` on a log scale ticked at the grid ``values`` (labels ``%g``), without the minor-tick
+    labels matplotlib writes, overlapping, when the values span less than a decade."""
+    import matplotlib.ticker
+
+    ticks = sorted({float(v) for v in values if v is not None and math.isfinite(v)})
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    if ticks:
+        which.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+        which.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{v:g}" for v in ticks]))
+        which.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.tick_params(axis=axis, labelsize=7, labelrotation=45 if axis == "x" and len(ticks) > 4 else 0)
+
+
 def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
     """One panel per panel label, one line per size: final loss vs lr (log x); η* marked, ✕ at an edge."""
     import matplotlib
@@ -96,7 +111,8 @@ def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
             line, = ax.plot(r["lrs"], y, marker="o", ms=3, label=f"{summary['size'] or 'run'}={r['size']}")
             if r["best_lr"] is not None:
                 ax.plot([r["best_lr"]], [r["best_loss"]], "x" if r["edge"] else "*", ms=10, color=line.get_color())
-        ax.set(xscale="log", xlabel="learning rate", ylabel="final validation loss", title=panel)
+        log_ticks(ax, [lr for r in summary["groups"] if r["panel"] == panel for lr in r["lrs"]])
+        ax.set(xlabel="learning rate", ylabel="final validation loss", title=panel)
         ax.legend(fontsize=7)
     return fig
 
@@ -108,7 +124,6 @@ def plot_best_lr(summary: dict[str, Any], ax: Any = None) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4.2))
@@ -120,12 +135,9 @@ def plot_best_lr(summary: dict[str, Any], ax: Any = None) -> Any:
         edges = [(s, v) for s, v, e in pts if e]
         if edges:
             ax.plot(*zip(*edges), "o", mfc="white", color=line.get_color(), ms=8)
-    ax.set(xscale="log", yscale="log", xlabel=summary["size"] or "size", ylabel="best learning rate η*",
+    ax.set(yscale="log", xlabel=summary["size"] or "size", ylabel="best learning rate η*",
            title="optimal lr vs size (hollow: at the grid's edge)")
-    sizes = sorted({s for p in summary["panels"] for s in p["sizes"] if s is not None})
-    if sizes:                                  # the grid's sizes as the ticks, not log-axis minor labels
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    log_ticks(ax, [s for p in summary["panels"] for s in p["sizes"]])
     ax.legend(fontsize=7)
     return ax.figure
 
