@@ -1,5 +1,4 @@
 """The claims' verdict rules on synthetic numbers: every outcome of every rule, and the shared tuning rule."""
-import importlib
 import json
 import math
 from pathlib import Path
@@ -7,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sigprop.experiments import verdicts as v
-from sigprop.experiments.results import JUDGED
+from sigprop.experiments.results import JUDGED, judge_of
 
 GRID = [1e-3, 3e-3, 1e-2]
 
@@ -164,9 +163,8 @@ def test_committed_verdicts_follow_from_their_numbers(name):
     """Each claim's committed summary (docs/results/NAME.json) carries the per-model keys the verdict table is
     rebuilt from, and its runner's rule, applied to those numbers alone, gives the committed verdict."""
     summary = json.loads((DOCS_RESULTS / f"{name}.json").read_text())
-    judge = importlib.import_module(f"sigprop.experiments.{JUDGED[name]}").judge
-    assert judge(summary) == (summary["verdict"], summary["verdict_reason"])
-    models = [m for m in _models(summary) if "best_lr" in m]
+    assert judge_of(name)(summary) == (summary["verdict"], summary["verdict_reason"])
+    models = list(_models(summary))
     assert models and all({"lr_grid", "best_lr", "seeds", "final_loss"} <= set(m) for m in models)
 
 

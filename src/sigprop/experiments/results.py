@@ -5,7 +5,7 @@ import importlib
 import json
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 # the training claims whose rule recomputes the verdict from NAME.json: name -> runner module with judge(summary)
 JUDGED = {"shaped-vs-preln": "shaped_vs_preln", "entropy-collapse": "entropy_collapse", "dslm-depth": "dslm_depth",
@@ -66,6 +66,11 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
     return text
 
 
+def judge_of(name: str) -> Callable[[dict[str, Any]], tuple[str, str]]:
+    """The ``judge(summary) -> (verdict, reason)`` of claim ``name``'s runner (a key of `JUDGED`)."""
+    return importlib.import_module(f"sigprop.experiments.{JUDGED[name]}").judge
+
+
 def rejudge(root: str | Path, names: Sequence[str] = tuple(JUDGED)) -> dict[str, tuple[str, str]]:
     """(verdict, reason) of every claim in ``names`` with a rule in `JUDGED` and a ``root/NAME/NAME.json``,
     recomputed by its runner's ``judge`` from the saved numbers alone."""
@@ -73,6 +78,5 @@ def rejudge(root: str | Path, names: Sequence[str] = tuple(JUDGED)) -> dict[str,
     for n in names:
         path = Path(root) / n / f"{n}.json"
         if n in JUDGED and path.exists():
-            judge = importlib.import_module(f"sigprop.experiments.{JUDGED[n]}").judge
-            out[n] = judge(json.loads(path.read_text())["summary"])
+            out[n] = judge_of(n)(json.loads(path.read_text())["summary"])
     return out

@@ -46,7 +46,7 @@ from ..train.sweep_report import log_ticks  # noqa: E402
 from . import verdicts  # noqa: E402
 from .outputs import WallClock, write_outputs  # noqa: E402
 from .report import Table  # noqa: E402
-from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_loss  # noqa: E402
+from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_by_seed  # noqa: E402
 from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
 
 NAME = "shaped-vs-preln"
@@ -186,7 +186,7 @@ def measure(out_dir: str | Path, quick: bool = False, seeds: Sequence[int] = SEE
                          "initial_val_loss": seed_stats(r["initial_val_loss"] for r in m["runs"]),
                          "diverged": sum(r["diverged"] for r in m["runs"])} for label, m in tuned.items()}
     baseline_runs = tuned[BASELINE]["runs"] or tuned[BASELINE]["tuning_runs"][:1]     # the scored seeds' splits
-    unigram = [unigram_loss(r["config"]["train"]["out_dir"]) for r in baseline_runs]
+    unigram = list(unigram_by_seed(baseline_runs).values())
     shaped = next(o for k, (o, _) in chosen.items() if k != BASELINE)
     summary = {"seeds": seeds, "tuning_seed": TUNING_SEED,
                "wall_s": clock.seconds(), "unigram_val_loss": float(np.mean(unigram)),
