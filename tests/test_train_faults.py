@@ -153,21 +153,46 @@ def _argv(out: Path, *sets: str) -> list[str]:
     return train_argv("tiny_decoder", *FAST, f"train.out_dir={out}", *sets)
 
 
-def test_nan_stop_names_the_last_good_checkpoint_and_its_advice_trains_on(tmp_path, capsys):
-    """A healthy start (lr 3e-3, steps 1-4), then a learning rate that diverges: the loss spikes at step 6 and
-    turns non-finite a step or two later. Checkpoints at every step, only the newest 2 kept: the newest are
-    blown up; the last good one is step 4 (its next step, 5, was still healthy), kept although older.
-    Resuming from it as the stop message says, with a lower learning rate, trains to the end."""
+def _inject_faults(monkeypatch, factors: dict[int, float]) -> None:
+    """Multiply the training loss of the given steps (1-based) by a factor: a spike, or NaN for a blow-up.
+
+    The fault lands at exactly the chosen step on any CPU, unlike a diverging learning rate, whose first
+    non-finite step depends on the floating-point kernels."""
+    import sigprop.train.trainer as trainer_module
+
+    step = {"now": 0}
+    real_step, real_terms = trainer_module.Trainer.train_step, trainer_module.loss_terms
+
+    def train_step(self):
+        step["now"] = self.state.step + 1
+        return real_step(self)
+
+    def loss_terms(*args, **kwargs):
+        loss_sum, correct = real_terms(*args, **kwargs)
+        return loss_sum * factors.get(step["now"], 1.0), correct
+
+    monkeypatch.setattr(trainer_module.Trainer, "train_step", train_step)
+    monkeypatch.setattr(trainer_module, "loss_terms", loss_terms)
+
+
+def test_nan_stop_names_the_last_good_checkpoint_and_its_advice_trains_on(tmp_path, capsys, monkeypatch):
+    """A healthy start (steps 1-4), then a run whose loss spikes at step 6 and turns non-finite at step 7.
+    Checkpoints at every step, only the newest 2 kept: the newest (5, 6) are blown up; the last good one is
+    step 4 (its next step, 5, was still healthy), kept although older. Resuming from it as the stop message
+    says trains to the end."""
     out = tmp_path / "run"
-    common = ["train.ckpt_every=1", "train.keep_last=2", "optim.grad_clip=0", "train.eval_every=0"]
-    assert train_main(_argv(out, *common, "train.steps=4", "optim.lr=3e-3")) == 0
+    common = ["train.ckpt_every=1", "train.keep_last=2", "optim.grad_clip=0", "train.eval_every=0",
+              "optim.lr=3e-3"]
+    assert train_main(_argv(out, *common, "train.steps=4")) == 0
     capsys.readouterr()
-    assert train_main([*_argv(out, *common, "train.steps=30", "optim.lr=3000", "optim.warmup_steps=0"),
-                       "--resume"]) == 1
+    with monkeypatch.context() as patch:
+        _inject_faults(patch, {6: 100.0, 7: math.nan})
+        assert train_main([*_argv(out, *common, "train.steps=30", "optim.warmup_steps=0"), "--resume"]) == 1
     err = capsys.readouterr().err
     good = out / "checkpoints" / "step_00000004.json"
     assert f"Last good checkpoint (its next step was healthy): {good}" in err and "Traceback" not in err
     train_rows = {r["step"]: r for r in read_jsonl(out / "metrics.jsonl", "train")}
+    assert sorted(train_rows) == [1, 2, 3, 4, 5, 6]                          # step 7 was not applied
     assert train_rows[5]["loss"] < 2 * min(train_rows[s]["loss"] for s in range(1, 5))   # step 5 healthy
     assert not train_rows[6]["loss"] < 2 * min(train_rows[s]["loss"] for s in range(1, 6))  # step 6 spiked
     names = [p.name for p in list_checkpoints(out / "checkpoints")]
@@ -175,13 +200,14 @@ def test_nan_stop_names_the_last_good_checkpoint_and_its_advice_trains_on(tmp_pa
     command = err.split("resume from the last good checkpoint:\n")[1].strip().splitlines()[0]
     argv = shlex.split(command)
     assert argv[:2] == ["sigprop", "train"] and argv[-2:] == ["--resume-from", str(good)]
-    assert train_main([*argv[2:], "--set", "optim.lr=3e-3"]) == 0              # the user's lower lr wins
+    assert train_main([*argv[2:], "--set", "optim.lr=1e-3"]) == 0              # the user's lower lr wins
     rows = read_jsonl(out / "metrics.jsonl")
     resumed = [r for r in rows if r.get("event") == "resumed"][-1]
     assert resumed["path"] == str(good) and resumed["set_aside"]
     after = [r for r in rows[rows.index(resumed):] if r["kind"] == "train"]
     assert [r["step"] for r in after] == list(range(5, 31))
     assert all(math.isfinite(r["loss"]) for r in after) and after[-1]["loss"] < train_rows[4]["loss"] * 1.5
+    assert max(r["lr"] for r in after) <= 1e-3
     assert list_checkpoints(out / "checkpoints")[-1].name == "step_00000030.json"
     assert not any(p.name > "step_00000004" for p in list_checkpoints(out / "checkpoints")
                    if p.name < "step_00000029")                               # the diverged ones set aside
