@@ -1,6 +1,9 @@
 """`build_model`: construct the architecture a `ModelConfig` names and initialize it by its scheme."""
 from __future__ import annotations
 
+import contextlib
+
+import torch
 from torch import nn
 
 from ..schemes import get_scheme, initialize
@@ -12,8 +15,10 @@ ARCHITECTURES: dict[str, type[nn.Module]] = {
 }
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
-    """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic."""
-    model = ARCHITECTURES[cfg.arch](cfg)
+def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> nn.Module:
+    """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic. ``device="meta"``
+    allocates no weights: the init pass only records each weight's std (what `predict` reads)."""
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        model = ARCHITECTURES[cfg.arch](cfg)
     initialize(model, cfg, get_scheme(cfg.scheme))
     return model

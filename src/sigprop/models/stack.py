@@ -10,7 +10,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..nn import Attention, Block, MLP, ShapedAttention, Sublayer, make_activation, make_norm
+from ..nn.maps import component_of
 from ..nn.roles import tag_site
+from ..theory.moments.state import Component, Moments
 from ..schemes import Scheme, Site, get_scheme
 from .config import ModelConfig
 
@@ -61,6 +63,29 @@ class Stack(nn.Module):
             blocks.append(block)
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if placement == "pre" else nn.Identity()
+
+    @property
+    def placement(self) -> str:
+        """Where the sublayers' norms sit: "pre", "post" or "none"."""
+        return self.blocks[0].attn.placement
+
+    def moment_chain(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None
+                     ) -> tuple[list[tuple[int, str] | None], list[Component]]:
+        """Every residual site's moment map in forward order (`Sublayer.moment_map`; cross-attention sites read
+        ``memory``), then the final norm; with the record label of each map's output: (layer, sublayer),
+        1-based, or None for the final norm."""
+        labels: list[tuple[int, str] | None] = []
+        chain: list[Component] = []
+        sites = [(i, kind, getattr(block, kind)) for i, block in enumerate(self.blocks)
+                 for kind in ("attn", "cross", "mlp") if getattr(block, kind) is not None]
+        for n, (i, kind, sub) in enumerate(sites):
+            labels.append((i + 1, kind))
+            chain.append(sub.moment_map(L, memory if kind == "cross" else None, memory_len,
+                                        first=n == 0, last=n == len(sites) - 1))
+        if not isinstance(self.final_norm, nn.Identity):
+            labels.append(None)
+            chain.append(component_of(self.final_norm, "final norm"))
+        return labels, chain
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,10 +9,17 @@ import torch
 from torch import nn
 
 from ..nn import PatchEmbedding, TokenEmbedding
+from ..nn.maps import component_of, weight_var, zero_bias
 from ..nn.roles import tag_linear
 from ..schemes import get_scheme
+from ..theory.moments.embedding import ClassToken
+from ..theory.moments.linear import Linear
+from ..theory.moments.state import Component, Moments
 from .config import ModelConfig
 from .stack import Stack
+
+Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
+Chain = tuple[list[Label], list[Component]]
 
 
 def _check_mask(mask: torch.Tensor | None, ids: torch.Tensor, name: str) -> None:
@@ -39,6 +46,17 @@ class _TiedLM(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return (h * self.logit_scale) @ self.embed.tok.weight.t()          # (B, T, V)
 
+    def input_chain(self, token_collision: float, recorded: bool = True) -> Chain:
+        """Embedding tables, then dropout; the embedding output is record (0, "embed") if ``recorded``."""
+        return ([(0, "embed") if recorded else None, None],
+                [self.embed.moment_map(token_collision), component_of(self.drop, "embedding dropout")])
+
+    def head_chain(self) -> Chain:
+        """Tied logits: a Linear with weight variance logit_scale² σ_e²."""
+        tok = self.embed.tok
+        return [None], [Linear(tok.embedding_dim, tok.num_embeddings,
+                               self.logit_scale ** 2 * weight_var(tok.weight, "token embedding"))]
+
 
 class _SingleStackLM(_TiedLM):
     """One stack over the tokens: input_ids (B, T), attention_mask (B, T) bool -> logits (B, T, V)."""
@@ -53,6 +71,10 @@ class _SingleStackLM(_TiedLM):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         _check_mask(attention_mask, input_ids, "attention_mask")
         return self.logits(self.stack(self.embed_tokens(input_ids), attention_mask))
+
+    def moment_chain(self, seq_len: int, token_collision: float) -> Chain:
+        """The model as moment maps from ids to logits, with each output's record label."""
+        return _join(self.input_chain(token_collision), self.stack.moment_chain(seq_len), self.head_chain())
 
 
 class DecoderLM(_SingleStackLM):
@@ -83,6 +105,19 @@ class EncoderDecoder(_TiedLM):
         memory = self.encoder(self.embed_tokens(src_ids), src_mask)          # (B, S, d)
         return self.logits(self.decoder(self.embed_tokens(tgt_ids), memory=memory, memory_mask=src_mask))
 
+    def encoder_chain(self, seq_len: int, token_collision: float) -> Chain:
+        """Source embedding to the encoder's output (the memory), as moment maps."""
+        return _join(self.input_chain(token_collision), self.encoder.moment_chain(seq_len))
+
+    def moment_chain(self, seq_len: int, token_collision: float, memory: Moments | None = None) -> Chain:
+        """The decoder from the target embedding (not recorded) to the logits; its cross-attention sites read
+        a memory of ``seq_len`` tokens with moments ``memory`` (the output of `encoder_chain`)."""
+        if memory is None:
+            raise ValueError("the moment chain of an encoder-decoder is its decoder: give the memory moments "
+                             "(the output of encoder_chain)")
+        return _join(self.input_chain(token_collision, recorded=False),
+                     self.decoder.moment_chain(seq_len, memory, seq_len), self.head_chain())
+
 
 class ViT(nn.Module):
     """Vision transformer: images (B, C, H, W) -> class logits (B, n_classes) from the class token."""
@@ -97,3 +132,17 @@ class ViT(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.stack(self.drop(self.embed(images)))[:, 0])
+
+    def moment_chain(self) -> Chain:
+        """Patch embedding (N(0, 1) pixels) and dropout, the stack over T = 1 + patches tokens, then the head
+        on the class token only (`ClassToken`)."""
+        emb = self.embed.moment_map()
+        T = emb.n_patches + 1
+        zero_bias(self.head, "ViT head")
+        head = Linear(self.head.in_features, self.head.out_features, weight_var(self.head.weight, "ViT head"))
+        return _join(([(0, "embed"), None], [emb, component_of(self.drop, "embedding dropout")]),
+                     self.stack.moment_chain(T), ([None, None], [ClassToken(T), head]))
+
+
+def _join(*chains: Chain) -> Chain:
+    return [lab for labels, _ in chains for lab in labels], [c for _, chain in chains for c in chain]

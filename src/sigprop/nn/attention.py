@@ -13,6 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..theory.moments.attention import Attention as AttentionMap
+from ..theory.moments.cross_attention import CrossAttention, QueryView
+from ..theory.moments.state import Component, Moments
+from .maps import attention_logit_factor, weight_var, zero_bias
 from .norm import make_norm
 from .roles import tag_linear
 
@@ -51,6 +55,35 @@ class Attention(nn.Module):
         self.o_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "o")
         self.q_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
         self.k_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
+
+    def map_options(self) -> dict[str, float | bool]:
+        """The attention map's options beyond the projections (softmax attention: none)."""
+        return {}
+
+    def map_temperature(self) -> float:
+        """τ of the attention map's logit convention: √d_head for softmax attention."""
+        return math.sqrt(self.d_head)
+
+    def moment_map(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None
+                   ) -> Component:
+        """This attention's moment map over ``L`` tokens: `sigprop.theory.moments.attention.Attention` from the
+        projections' init stds, the causal mask and the module's logit scale; with ``memory`` (the moments
+        of ``memory_len`` keys) the cross-attention map seen from the queries (`QueryView`).
+        Raises NotImplementedError for qk-norm (no exact map) or weights not drawn by sigprop's init."""
+        if self.q_norm is not None:
+            raise NotImplementedError("Attention with qk_norm has no exact moment map: the per-head norm of "
+                                      "queries and keys is not in sigprop.theory.moments")
+        names = ("q_proj", "k_proj", "v_proj", "o_proj")
+        for name in names:
+            zero_bias(getattr(self, name), f"attention {name}")
+        q, k, v, o = (weight_var(getattr(self, name).weight, f"attention {name}.weight") for name in names)
+        q *= attention_logit_factor(self.scale, self.map_temperature())
+        options = self.map_options()
+        if memory is None:
+            return AttentionMap(self.d_model, self.n_heads, L, q, k, v, o, causal=self.causal, **options)
+        options.pop("gamma1", None)
+        return QueryView(CrossAttention(self.d_model, self.n_heads, L, memory_len or L, q, k, v, o, **options),
+                         memory)
 
     def _project(self, x: torch.Tensor, *linears: nn.Linear) -> tuple[torch.Tensor, ...]:
         """x (B, T, d) through each of ``linears`` as one matmul against their stacked weights

@@ -11,6 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..theory.moments.blocks import parts, serial
+from ..theory.moments.norm import LayerNorm as LayerNormMap
+from ..theory.moments.postnorm import PostNormResidual
+from ..theory.moments.residual import Residual as ResidualMap
+from ..theory.moments.state import Component, Moments
+from .attention import Attention
+from .maps import component_of
 from .residual import Residual
 
 PLACEMENTS = ("pre", "post", "none")
@@ -34,6 +41,28 @@ class Sublayer(nn.Module):
         h = self.norm(x) if self.placement == "pre" else x
         y = self.residual(x, self.drop(self.fn(h, *args, **kwargs)))
         return self.norm(y) if self.placement == "post" else y
+
+
+    def moment_map(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None,
+                   first: bool = False, last: bool = False) -> Component:
+        """This residual site's moment map over ``L`` tokens (``memory``: see `Attention.moment_map`):
+          pre:  Residual(α, β, N · f · D);   none: Residual(α, β, f · D);
+          post: PostNormResidual(α, β, f · D) with the norm's O(1/d) effects (`sigprop.theory.moments.postnorm`):
+                its input is a previous norm's output unless ``first`` (the stack's first site), and the
+                ``last`` site's gradient comes through a random linear map (the head), whose alignment with
+                the normalized output it carries (2 for LayerNorm, 1 for RMSNorm).
+        α, β are the residual's current values; f reads its own weights (`sigprop.nn.maps`)."""
+        alpha, beta = self.residual.values()
+        fn = self.fn.moment_map(L, memory, memory_len) if isinstance(self.fn, Attention) else self.fn.moment_map()
+        branch = [*parts(fn), component_of(self.drop, "sublayer dropout")]
+        if self.placement == "none":
+            return ResidualMap(alpha, beta, serial(*branch))
+        norm = component_of(self.norm, "sublayer norm")
+        if self.placement == "pre":
+            return ResidualMap(alpha, beta, serial(norm, *branch))
+        centered = isinstance(norm, LayerNormMap)
+        return PostNormResidual(alpha, beta, serial(*branch), norm.d, centered, normalized_input=not first,
+                                upstream_align=(2.0 if centered else 1.0) if last else 0.0)
 
 
 class Block(nn.Module):

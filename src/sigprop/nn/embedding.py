@@ -4,6 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..theory.moments.embedding import Embedding as EmbeddingMap
+from ..theory.moments.embedding import PatchEmbedding as PatchEmbeddingMap
+from .maps import weight_var, zero_bias
 from .roles import tag, tag_linear
 
 
@@ -36,6 +39,12 @@ class TokenEmbedding(nn.Module):
         tag(self.tok.weight, "embed")
         tag(self.pos.weight, "pos")
 
+    def moment_map(self, token_collision: float) -> EmbeddingMap:
+        """Token table (P(two positions hold one token) = ``token_collision``) plus position table (distinct
+        rows), each with its own init variance."""
+        tok, pos = weight_var(self.tok.weight, "token embedding"), weight_var(self.pos.weight, "position embedding")
+        return EmbeddingMap((tok, pos), (token_collision, 0.0))
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_ids(ids, self.tok.num_embeddings, self.pos.num_embeddings)
         return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
@@ -58,6 +67,14 @@ class PatchEmbedding(nn.Module):
         self.pos = nn.Parameter(torch.zeros(1, n_patches + 1, d_model))
         tag(self.cls, "cls")
         tag(self.pos, "pos")
+
+    def moment_map(self) -> PatchEmbeddingMap:
+        """Patches of N(0, 1) pixels through the projection, the class token and the position table, each from
+        its init variance."""
+        zero_bias(self.proj, "patch projection")
+        return PatchEmbeddingMap(weight_var(self.proj.weight, "patch projection"), self.proj.in_features,
+                                 weight_var(self.pos, "patch position table"), weight_var(self.cls, "class token"),
+                                 self.pos.shape[1] - 1)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         c, side = self.proj.in_features // self.patch_size ** 2, self.image_size

@@ -4,6 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..theory.moments.blocks import Serial, serial
+from ..theory.moments.linear import Linear
+from .maps import component_of, weight_var, zero_bias
 from .roles import tag_linear
 from .shaped_relu import ShapedReLU
 
@@ -33,3 +36,11 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x)))
+
+    def moment_map(self) -> Serial:
+        """Linear(d → d_ff) · activation · Linear(d_ff → d), from the two weights' init stds."""
+        for name in ("fc1", "fc2"):
+            zero_bias(getattr(self, name), f"MLP {name}")
+        return serial(Linear(self.fc1.in_features, self.fc1.out_features, weight_var(self.fc1.weight, "MLP fc1.weight")),
+                      component_of(self.act, "MLP activation"),
+                      Linear(self.fc2.in_features, self.fc2.out_features, weight_var(self.fc2.weight, "MLP fc2.weight")))

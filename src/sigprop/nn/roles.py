@@ -51,6 +51,16 @@ def tag_site(module: nn.Module, stack: str, layer: int) -> None:
         p._sigprop_site = (stack, layer)  # type: ignore[attr-defined]
 
 
+def set_init_std(param: torch.Tensor, std: float) -> None:
+    """Record the std ``param`` was drawn with (`sigprop.schemes.initialize`); the moment maps read it."""
+    param._sigprop_init_std = float(std)  # type: ignore[attr-defined]
+
+
+def init_std_of(param: torch.Tensor) -> float | None:
+    """The std recorded by `set_init_std`, or None for a parameter no sigprop init pass has drawn."""
+    return getattr(param, "_sigprop_init_std", None)
+
+
 def role_of(param: torch.Tensor) -> str | None:
     return getattr(param, "_sigprop_role", None)
 

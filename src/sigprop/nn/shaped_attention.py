@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .attention import Attention, attention_mask
+from .maps import scalar
 from .roles import tag
 
 SHAPING_MODES = ("fixed", "recover", "learn")
@@ -99,8 +100,19 @@ class ShapedAttention(Shaping, Attention):
         d_head = d_model // max(n_heads, 1)
         tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
         super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau)
-        self.tau0 = tau0
+        self.tau0, self.built_gammas = tau0, (gamma1 if identity else 0.0, gamma2)
         self.init_shaping(n_heads, gamma1, gamma2, mode, identity)
+
+    def map_temperature(self) -> float:
+        """τ = τ₀√(d·d_head), the shaped attention map's convention (`qk_scaling` acts through ``scale``)."""
+        return self.tau0 * math.sqrt(self.d_model * self.d_head)
+
+    def map_options(self) -> dict[str, float | bool]:
+        """Shaped: τ₀ and the current γ₁ (0 without the identity term), γ₂, one value for all heads."""
+        g1, g2 = self.built_gammas
+        return {"shaped": True, "tau0": self.tau0,
+                "gamma1": scalar(self.gamma1, g1, "shaped attention gamma1"),
+                "gamma2": scalar(self.gamma2, g2, "shaped attention gamma2")}
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             key_mask: torch.Tensor | None) -> torch.Tensor:

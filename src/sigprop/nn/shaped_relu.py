@@ -8,10 +8,14 @@ ReLU) or trainable ("learn").
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from ..theory.kernels import shaped_relu_slopes
+from ..theory.moments.pointwise import ShapedReLU as ShapedReLUMap
+from .maps import scalar
 from .roles import tag
 from .shaped_attention import SHAPING_MODES
 
@@ -23,8 +27,9 @@ class ShapedReLU(nn.Module):
         super().__init__()
         if mode not in SHAPING_MODES:
             raise ValueError(f"mode must be one of {SHAPING_MODES}, got {mode!r}")
-        self.width, self.mode = width, mode
+        self.width, self.mode, self.c_plus = width, mode, c_plus
         self.s_plus, s_minus, _ = shaped_relu_slopes(width, c_plus, c_minus)
+        self.built_s_minus = s_minus
         s_minus = torch.tensor(s_minus)
         if mode == "learn":
             self.s_minus = nn.Parameter(s_minus)
@@ -36,6 +41,12 @@ class ShapedReLU(nn.Module):
     def set_slope(self, s_minus: float) -> None:
         """Set the negative slope s₋ (the Recover schedule drives it to 0)."""
         self.s_minus.fill_(s_minus)
+
+    def moment_map(self) -> ShapedReLUMap:
+        """The shaped-ReLU map at this module's width, c₊ and current s₋ (s₋ = 1 + c₋/√n read back as c₋,
+        so a Recover-scheduled slope maps exactly)."""
+        s_minus = scalar(self.s_minus, self.built_s_minus, "shaped ReLU s_minus")
+        return ShapedReLUMap(self.width, self.c_plus, (s_minus - 1.0) * math.sqrt(self.width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s_minus = self.s_minus.to(x.dtype)

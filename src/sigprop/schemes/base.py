@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..nn.roles import role_of, site_of
+from ..nn.roles import role_of, set_init_std, site_of
 from . import mup
 
 
@@ -136,9 +136,10 @@ class Scheme:
 def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
     """Initialize every parameter of ``model`` from its role; returns counts per role.
 
-    Weights ~ N(0, std²) with std from ``scheme.init_std``; ``bias`` → 0; ``norm`` gains → 1;
-    ``constant`` (shaping/residual scalars) keep the value their module was built with.
-    Every parameter must carry a role: an untagged one is an error, never silently skipped.
+    Weights ~ N(0, std²) with std from ``scheme.init_std``, recorded on the parameter (`set_init_std`) for
+    the modules' moment maps; ``bias`` → 0; ``norm`` gains → 1; ``constant`` (shaping/residual scalars) keep
+    the value their module was built with. Every parameter must carry a role: an untagged one is an error,
+    never silently skipped. On the meta device only the stds are recorded.
     """
     counts: dict[str, int] = {}
     for name, p in model.named_parameters():          # shared (tied) parameters are listed once
@@ -151,6 +152,8 @@ def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
             p.fill_(1.0)
         elif role != "constant":
             stack, layer = site_of(p) or (None, None)
-            p.normal_(0.0, scheme.init_std(cfg, ParamInfo(role, stack, layer, tuple(p.shape))))
+            std = scheme.init_std(cfg, ParamInfo(role, stack, layer, tuple(p.shape)))
+            p.normal_(0.0, std)
+            set_init_std(p, std)
         counts[role] = counts.get(role, 0) + 1
     return counts

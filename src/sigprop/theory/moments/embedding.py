@@ -43,30 +43,43 @@ def zipf_collision_approx(vocab_size: int, euler: bool = True) -> float:
 
 @dataclass(frozen=True)
 class Embedding:
-    """x = Σ_t E_t[id_t(position)], tables with i.i.d. N(0, ``var``) entries, one per ``collisions`` entry.
+    """x = Σ_t E_t[id_t(position)], table t with i.i.d. N(0, σ_t²) entries, one per ``collisions`` entry;
+    ``var`` is σ_t² for every table, or one variance per table.
 
     ``collisions[t]`` = P(two different positions read the same row of table t): Σ p_i² for the
     token table (`zipf_collision_probability`), 0 for a position table, 1 for a segment table
     that all tokens share. Rows are independent, so
-        μ' = 0,  σ'² = T σ_e²,  Cov' = σ_e² Σ_t collisions[t],  r' = mean(collisions).
+        μ' = 0,  σ'² = Σ_t σ_t²,  Cov' = Σ_t σ_t² collisions[t],  r' = Cov'/σ'²
+    (r' = mean(collisions) when the tables share one variance).
     A source: ``fwd`` ignores the input's forward fields (token ids have none). ``bwd`` returns
     the gradient moments of each looked-up vector, which equal those of the output.
     """
 
-    var: float
+    var: float | tuple[float, ...]
     collisions: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        check_nonneg("var", self.var)
         if not self.collisions:
             raise ValueError("collisions must name at least one table")
+        if not isinstance(self.var, (int, float)) and len(self.var) != len(self.collisions):
+            raise ValueError(f"var must be one variance or one per table ({len(self.collisions)}), got {self.var}")
+        for v in self.table_vars:
+            check_nonneg("var", v)
         for c in self.collisions:
             if not 0.0 <= c <= 1.0:
                 raise ValueError(f"collisions entries must be in [0, 1], got {c}")
 
+    @property
+    def table_vars(self) -> tuple[float, ...]:
+        """σ_t² of each table."""
+        if isinstance(self.var, (int, float)):
+            return (float(self.var),) * len(self.collisions)
+        return tuple(float(v) for v in self.var)
+
     def fwd(self, m: Moments) -> Moments:
-        n = len(self.collisions)
-        return replace(m, mean=0.0, var=n * self.var, corr=ratio(self.var * sum(self.collisions), n * self.var))
+        var = sum(self.table_vars)
+        return replace(m, mean=0.0, var=var, corr=ratio(sum(v * c for v, c in zip(self.table_vars, self.collisions)),
+                                                        var))
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
@@ -113,3 +126,17 @@ class PatchEmbedding:
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
+
+
+@dataclass(frozen=True)
+class ClassToken:
+    """The ViT head's read-out of token 0 of ``T``. Forward: the token's moments are taken as the exchangeable
+    state's. Backward: a gradient on one token of T has token-averaged variance σ_g²/T and no correlation."""
+
+    T: int
+
+    def fwd(self, m: Moments) -> Moments:
+        return m
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        return replace(m_in, grad_var=g_out.grad_var / self.T, grad_corr=0.0)
