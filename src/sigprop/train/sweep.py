@@ -6,7 +6,7 @@ A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data]
     [sweep]
     base = "../tiny_decoder.toml"     # optional, relative to this file
     out_dir = "runs/sweep"            # sweep.jsonl, points/, tokenizer.json, plots and summary
-    size = "model.n_layers"           # optional: the size axis of the transfer metrics
+    size = "model.n_layers"           # optional: the size axis (numbers, or categories: strings/booleans)
     [sweep.set]                       # optional: overrides applied to every point
     "train.steps" = 200
     [sweep.grid]                      # every combination is one point; "seed" is train.seed
@@ -15,7 +15,8 @@ A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data]
     seed = [0, 1]
 
 Every point's config is built and validated before the first run starts, so a bad key or value
-stops the sweep naming it. One BPE tokenizer per distinct data source is trained once into
+stops the sweep naming it; so does a grid value listed twice, or a size axis the report cannot use
+(`sweep_report.check_size`). One BPE tokenizer per distinct data source is trained once into
 ``out_dir`` and pinned on every point (``data.tokenizer``), so no point retrains it. A point is
 finished when its line is in ``sweep.jsonl`` (written by the parent, flushed and fsynced);
 ``--resume`` skips finished points and re-runs any other from scratch, which gives the same result
@@ -46,6 +47,7 @@ from tqdm.auto import tqdm
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
 from .logging import read_jsonl
+from .sweep_report import check_size
 from .tokenizer import BPETokenizer
 from .trainer import NonFiniteLossError
 
@@ -61,7 +63,7 @@ class SweepSpec:
     base: dict[str, Any]                       # run-config tables before the grid
     grid: dict[str, list[Any]]                 # dotted key (or "seed") -> values
     out_dir: Path
-    size: str | None = None                    # the size axis (model.n_layers | model.d_model | None)
+    size: str | None = None                    # the size axis: a grid key (numbers or categories) or None
     fixed: dict[str, Any] = field(default_factory=dict)   # dotted overrides on every point
 
     def points(self) -> list[dict[str, Any]]:
@@ -100,7 +102,8 @@ def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
 
 
 def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
-    """Read a sweep file; check its [sweep] table (keys, grid lists, size axis)."""
+    """Read a sweep file; check its [sweep] table (keys, grid lists without repeats, a size axis the report can
+    use). Raises ValueError naming the first bad key."""
     path = Path(path)
     with open(path, "rb") as f:
         raw = tomllib.load(f)
@@ -123,11 +126,16 @@ def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
         _dotted(key)
         if not isinstance(values, list) or not values:
             raise ValueError(f"sweep.grid.{key!r} must be a non-empty list of values, got {values!r}")
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ValueError(f"sweep.grid.{key!r} lists {repeated[0]!r} more than once; each value must differ")
     size = sweep.get("size")
     if size is None:
         size = next((k for k in SIZE_KEYS if len(grid.get(k, [])) > 1), None)
-    elif size not in grid:
+    elif not isinstance(size, str) or size not in grid:
         raise ValueError(f"sweep.size={size!r} must be one of the grid's keys {list(grid)}")
+    if size is not None:
+        check_size(size, grid[size])
     fixed = sweep.get("set", {})
     for key in fixed:
         _dotted(key)
