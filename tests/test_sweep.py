@@ -140,6 +140,32 @@ def test_categorical_size_sweep_writes_its_report(tmp_path, capsys):
     assert "transfer regret: not applicable" in (out / "summary.md").read_text()
 
 
+def test_a_failed_report_keeps_the_points_and_report_only_rebuilds_it(tmp_path, counted, capsys, monkeypatch):
+    cfg = write(tmp_path, GRID)
+    out = tmp_path / "out"
+    assert main(["sweep", "--config", cfg, "--report-only"]) == 2                    # nothing to report yet
+    assert "no finished point" in capsys.readouterr().err
+
+    def broken(*a, **k):
+        raise RuntimeError("no figure")
+
+    monkeypatch.setattr(sweep_report, "plot_best_lr", broken)
+    assert main(["sweep", "--config", cfg]) == 1
+    err = capsys.readouterr().err
+    assert "no figure" in err and f"sigprop sweep --config {cfg} --report-only" in err
+    lines = (out / "sweep.jsonl").read_text()
+    assert len(finished_records(out / "sweep.jsonl")) == 2 and not (out / "best_lr.png").exists()
+    monkeypatch.undo()
+
+    assert main(["sweep", "--config", cfg, "--report-only"]) == 0
+    assert all(f.stat().st_size > 0 for f in report_files(out))
+    for f in report_files(out):
+        f.unlink()
+    assert main(["sweep", "--config", cfg, "--resume"]) == 0                         # nothing left to run
+    assert all(f.stat().st_size > 0 for f in report_files(out))
+    assert counted["points"] == 2 and (out / "sweep.jsonl").read_text() == lines
+
+
 def rec(point, init, final, diverged=False):
     return {"point": point, "config": {"optim": {"lr": point["optim.lr"]}}, "initial_val_loss": init,
             "final_val_loss": math.nan if diverged else final, "diverged": diverged}
