@@ -1,5 +1,6 @@
 """`sigprop sweep`: validation before any run, resume (skip finished, re-run an interrupted point to the
-same result), one tokenizer for all points, and the metrics of sigprop.train.sweep_report."""
+same result), one tokenizer for all points, the report rebuilt from sweep.jsonl, and the metrics of
+sigprop.train.sweep_report for ordered and categorical size axes."""
 import json
 import math
 from pathlib import Path
@@ -8,8 +9,9 @@ import pytest
 
 from sigprop.cli import main
 from sigprop.train import sweep as sweep_mod
+from sigprop.train import sweep_report
 from sigprop.train.sweep import finished_records, load_spec, resolve, run_sweep
-from sigprop.train.sweep_report import summarize, write_report
+from sigprop.train.sweep_report import NOT_APPLICABLE, plot_best_lr, summarize, write_report
 from sigprop.train.tokenizer import BPETokenizer
 
 BASE = """
@@ -90,6 +92,7 @@ def test_resume_skips_finished_and_reproduces_an_interrupted_point(tmp_path, cou
     ('"optim.lr" = 1e-3', "", "optim.lr"),
     ('lr = [1e-3]', "", "'lr'"),
     ('"optim.lr" = [1e-3]', 'sizes = "model.d_model"', "sweep.sizes"),
+    ('"optim.lr" = [1e-3, 1e-3]', "", "more than once"),
 ])
 def test_bad_key_or_value_is_refused_before_any_run(tmp_path, counted, grid, extra, match):
     with pytest.raises(ValueError, match=match):
@@ -101,6 +104,66 @@ def test_bad_key_or_value_is_refused_before_any_run(tmp_path, counted, grid, ext
 def test_cli_reports_a_bad_key(tmp_path, capsys):
     assert main(["sweep", "--config", write(tmp_path, '"train.stepz" = [1]')]) == 2
     assert "train.stepz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("grid,size", [
+    ('"optim.lr" = [1e-3]\n"model.d_model" = [16, "wide"]', '"model.d_model"'),     # numbers and strings
+    ('"optim.lr" = [1e-3]\n"model.dropout" = [0.0, nan]', '"model.dropout"'),          # not a finite number
+    (GRID, '"seed"'),                                                                  # averaged over
+    (GRID, '"optim.lr"'),                                                              # every curve's x
+    (GRID, '["optim.lr"]'),                                                            # not a key
+])
+def test_a_size_axis_the_report_cannot_use_is_refused_before_any_run(tmp_path, counted, capsys, grid, size):
+    assert main(["sweep", "--config", write(tmp_path, grid, f"size = {size}")]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.size=" in err and len(err.strip().splitlines()) == 1
+    assert counted == {"points": 0, "tokenizer": 0}
+    assert not (tmp_path / "out" / "sweep.jsonl").exists()
+
+
+def report_files(out: Path) -> list[Path]:
+    return [out / name for name in ("summary.json", "summary.md", "loss_vs_lr.png", "best_lr.png")]
+
+
+def test_categorical_size_sweep_writes_its_report(tmp_path, capsys):
+    grid = '"optim.lr" = [1e-3, 1e-2]\n"model.parametrization" = ["standard", "mup"]\nseed = [0]'
+    assert main(["sweep", "--config", write(tmp_path, grid, 'size = "model.parametrization"')]) == 0
+    out = tmp_path / "out"
+    assert all(f.stat().st_size > 0 for f in report_files(out))
+    summary = json.loads((out / "summary.json").read_text())
+    (panel,) = summary["panels"]
+    assert panel["sizes"] == ["standard", "mup"]
+    assert panel["transfer_regret"] == panel["best_lr_ratio"] == NOT_APPLICABLE
+    assert "model.parametrization holds categories" in summary["not_applicable"]["transfer_regret"]
+    assert [g["size"] for g in summary["groups"]] == ["standard", "mup"]
+    assert all(g["best_lr"] in (1e-3, 1e-2) and math.isfinite(g["sensitivity"]) for g in summary["groups"])
+    assert "transfer regret: not applicable" in (out / "summary.md").read_text()
+
+
+def test_a_failed_report_keeps_the_points_and_report_only_rebuilds_it(tmp_path, counted, capsys, monkeypatch):
+    cfg = write(tmp_path, GRID)
+    out = tmp_path / "out"
+    assert main(["sweep", "--config", cfg, "--report-only"]) == 2                    # nothing to report yet
+    assert "no finished point" in capsys.readouterr().err
+
+    def broken(*a, **k):
+        raise RuntimeError("no figure")
+
+    monkeypatch.setattr(sweep_report, "plot_best_lr", broken)
+    assert main(["sweep", "--config", cfg]) == 1
+    err = capsys.readouterr().err
+    assert "no figure" in err and f"sigprop sweep --config {cfg} --report-only" in err
+    lines = (out / "sweep.jsonl").read_text()
+    assert len(finished_records(out / "sweep.jsonl")) == 2 and not (out / "best_lr.png").exists()
+    monkeypatch.undo()
+
+    assert main(["sweep", "--config", cfg, "--report-only"]) == 0
+    assert all(f.stat().st_size > 0 for f in report_files(out))
+    for f in report_files(out):
+        f.unlink()
+    assert main(["sweep", "--config", cfg, "--resume"]) == 0                         # nothing left to run
+    assert all(f.stat().st_size > 0 for f in report_files(out))
+    assert counted["points"] == 2 and (out / "sweep.jsonl").read_text() == lines
 
 
 def rec(point, init, final, diverged=False):
@@ -126,6 +189,29 @@ def test_metrics_by_hand(tmp_path):
     assert "⚠ edge" in out["table"]
     for name in ("summary.json", "summary.md", "loss_vs_lr.png", "best_lr.png"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_categorical_and_ordered_size_axes_by_hand():
+    """Booleans are categories in grid order, each with its own η* and sensitivity, and no transfer regret; a
+    numeric axis with a size ≤ 0 is drawn on a linear x (a log x would drop it)."""
+    rs = [rec({"optim.lr": lr, "model.qk_norm": q}, 6.0, f) for q, lr, f in [
+        (True, 1e-3, 5.0), (True, 1e-2, 4.0), (True, 1e-1, 4.5),
+        (False, 1e-3, 4.2), (False, 1e-2, 4.4), (False, 1e-1, 4.8)]]
+    s = summarize(rs, "model.qk_norm")
+    on, off = s["groups"]
+    assert (on["size"], on["best_lr"], on["edge"]) == (True, 1e-2, False)
+    assert (off["size"], off["best_lr"], off["edge"]) == (False, 1e-3, True)
+    assert off["sensitivity"] == pytest.approx((4.2 + 4.4 + 4.8) / 3 - 4.2)
+    (panel,) = s["panels"]
+    assert panel["sizes"] == [True, False] and panel["transfer_regret"] == NOT_APPLICABLE
+    assert set(s["not_applicable"]) == {"transfer_regret", "best_lr_ratio"}
+    ax = plot_best_lr(s).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["True", "False"]
+    weight_decay = [rec({"optim.lr": lr, "optim.weight_decay": w}, 6.0, 5.0 - lr - w) for w in (0.0, 0.1)
+                    for lr in (1e-3, 1e-2)]
+    assert plot_best_lr(summarize(weight_decay, "optim.weight_decay")).axes[0].get_xscale() == "linear"
+    with pytest.raises(ValueError, match="sweep.size='model.qk_norm'"):
+        summarize([*rs, rec({"optim.lr": 1e-3, "model.qk_norm": "on"}, 6.0, 5.0)], "model.qk_norm")
 
 
 @pytest.mark.slow

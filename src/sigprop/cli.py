@@ -50,7 +50,8 @@ DELEGATED = {
     "generate": ("sigprop.train.commands", "generate_main", "sample text from a decoder run"),
     "predict": ("sigprop.diagnostics.commands", "predict_main", "predicted per-layer moments: --config FILE"),
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
-    "sweep": ("sigprop.train.sweep", "sweep_main", "train a grid of configs: --config FILE [--jobs N] [--resume]"),
+    "sweep": ("sigprop.train.sweep", "sweep_main",
+              "train a grid of configs: --config FILE [--jobs N] [--resume | --report-only]"),
     "simulate": ("sigprop.simulate.commands", "simulate_main",
                  "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }

@@ -6,7 +6,7 @@ A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data]
     [sweep]
     base = "../tiny_decoder.toml"     # optional, relative to this file
     out_dir = "runs/sweep"            # sweep.jsonl, points/, tokenizer.json, plots and summary
-    size = "model.n_layers"           # optional: the size axis of the transfer metrics
+    size = "model.n_layers"           # optional: the size axis (numbers, or categories: strings/booleans)
     [sweep.set]                       # optional: overrides applied to every point
     "train.steps" = 200
     [sweep.grid]                      # every combination is one point; "seed" is train.seed
@@ -15,11 +15,14 @@ A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data]
     seed = [0, 1]
 
 Every point's config is built and validated before the first run starts, so a bad key or value
-stops the sweep naming it. One BPE tokenizer per distinct data source is trained once into
+stops the sweep naming it; so does a grid value listed twice, or a size axis the report cannot use
+(`sweep_report.check_size`). One BPE tokenizer per distinct data source is trained once into
 ``out_dir`` and pinned on every point (``data.tokenizer``), so no point retrains it. A point is
 finished when its line is in ``sweep.jsonl`` (written by the parent, flushed and fsynced);
 ``--resume`` skips finished points and re-runs any other from scratch, which gives the same result
 (fixed seeds). Ctrl-C stops the workers' runs after their current step; nothing finished is lost.
+The report (`sweep_report`) is built from those lines alone: ``--report-only`` rebuilds it without
+running anything, and a failing report leaves ``sweep.jsonl`` as it was.
 """
 from __future__ import annotations
 
@@ -32,11 +35,13 @@ import json
 import math
 import multiprocessing
 import os
+import shlex
 import shutil
 import statistics
 import sys
 import time
 import tomllib
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -46,6 +51,7 @@ from tqdm.auto import tqdm
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
 from .logging import read_jsonl
+from .sweep_report import check_size, write_report
 from .tokenizer import BPETokenizer
 from .trainer import NonFiniteLossError
 
@@ -61,7 +67,7 @@ class SweepSpec:
     base: dict[str, Any]                       # run-config tables before the grid
     grid: dict[str, list[Any]]                 # dotted key (or "seed") -> values
     out_dir: Path
-    size: str | None = None                    # the size axis (model.n_layers | model.d_model | None)
+    size: str | None = None                    # the size axis: a grid key (numbers or categories) or None
     fixed: dict[str, Any] = field(default_factory=dict)   # dotted overrides on every point
 
     def points(self) -> list[dict[str, Any]]:
@@ -100,7 +106,8 @@ def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
 
 
 def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
-    """Read a sweep file; check its [sweep] table (keys, grid lists, size axis)."""
+    """Read a sweep file; check its [sweep] table (keys, grid lists without repeats, a size axis the report can
+    use). Raises ValueError naming the first bad key."""
     path = Path(path)
     with open(path, "rb") as f:
         raw = tomllib.load(f)
@@ -123,11 +130,16 @@ def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
         _dotted(key)
         if not isinstance(values, list) or not values:
             raise ValueError(f"sweep.grid.{key!r} must be a non-empty list of values, got {values!r}")
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ValueError(f"sweep.grid.{key!r} lists {repeated[0]!r} more than once; each value must differ")
     size = sweep.get("size")
     if size is None:
         size = next((k for k in SIZE_KEYS if len(grid.get(k, [])) > 1), None)
-    elif size not in grid:
+    elif not isinstance(size, str) or size not in grid:
         raise ValueError(f"sweep.size={size!r} must be one of the grid's keys {list(grid)}")
+    if size is not None:
+        check_size(size, grid[size])
     fixed = sweep.get("set", {})
     for key in fixed:
         _dotted(key)
@@ -234,6 +246,20 @@ def finished_records(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def logged_records(spec: SweepSpec) -> tuple[list[dict[str, Any]], int]:
+    """The finished points of ``spec`` in its ``sweep.jsonl`` (grid order) and the number of points in its grid.
+
+    Lines of other configs (another id) are left out. Raises ValueError if no point of ``spec`` is finished."""
+    log = spec.out_dir / "sweep.jsonl"
+    done = finished_records(log)
+    ids = [point_id(spec, p) for p in spec.points()]
+    records = [done[i] for i in ids if i in done]
+    if not records:
+        raise ValueError(f"{log} holds no finished point of this sweep (a changed config gives its points new ids); "
+                         "run the sweep first")
+    return records, len(ids)
+
+
 def _drop_torn_tail(path: Path) -> None:
     """Cut a last line that a kill left without its newline, so the next append starts a fresh line."""
     if path.exists():
@@ -255,8 +281,8 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     log = spec.out_dir / "sweep.jsonl"
     done = finished_records(log)
     if done and not resume:
-        raise ValueError(f"{log} already holds {len(done)} finished point(s); pass --resume to continue it, "
-                         "or choose another sweep.out_dir")
+        raise ValueError(f"{log} already holds {len(done)} finished point(s); pass --resume to continue it "
+                         "(--report-only to rebuild its report), or choose another sweep.out_dir")
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     _drop_torn_tail(log)
     resolved = pin_tokenizers(spec, resolved)
@@ -286,26 +312,51 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     return [done[point_id(spec, p)] for p, _ in resolved]
 
 
-def sweep_main(argv: Sequence[str]) -> int:
-    """``sigprop sweep --config FILE [--jobs N] [--resume] [--out DIR]``: run, then write plots and the summary."""
-    from .sweep_report import write_report
+def _write_report(spec: SweepSpec, records: list[dict[str, Any]], rebuild: str) -> int:
+    """Write the report; on failure say that the points are kept and how to rebuild (exit 2 for an OSError, such
+    as a full disk, else 1 after the traceback: a failing report is a bug)."""
+    try:
+        summary = write_report(records, spec.size, spec.out_dir)
+    except Exception as e:
+        if not isinstance(e, OSError):
+            traceback.print_exc()
+        print(f"sigprop sweep: error: the report failed ({type(e).__name__}: {' '.join(str(e).split())}); the "
+              f"{len(records)} finished points are kept in {spec.out_dir / 'sweep.jsonl'}; rebuild the report with: "
+              f"{rebuild}", file=sys.stderr)
+        return 2 if isinstance(e, OSError) else 1
+    print(summary["table"])
+    return 0
 
+
+def sweep_main(argv: Sequence[str]) -> int:
+    """``sigprop sweep --config FILE [--jobs N] [--resume | --report-only] [--out DIR]``: run, then write plots and
+    the summary; ``--report-only`` writes them from ``sweep.jsonl`` without running a point."""
     p = argparse.ArgumentParser(prog="sigprop sweep", description="Train a grid of run configs (see configs/sweep/).")
     p.add_argument("--config", required=True, help="TOML file with a [sweep] table")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (1 = in this process)")
-    p.add_argument("--resume", action="store_true", help="skip the points already in sweep.jsonl")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="skip the points already in sweep.jsonl")
+    mode.add_argument("--report-only", action="store_true",
+                      help="run nothing: rebuild the plots and summary from the points in sweep.jsonl")
     p.add_argument("--out", default=None, help="output folder (overrides sweep.out_dir)")
     args = p.parse_args(list(argv))
+    rebuild = shlex.join(["sigprop", "sweep", "--config", args.config, *(["--out", args.out] if args.out else []),
+                          "--report-only"])
     try:
         spec = load_spec(args.config, args.out)
-        records = run_sweep(spec, args.jobs, args.resume)
+        if args.report_only:
+            records, total = logged_records(spec)
+        else:
+            records = run_sweep(spec, args.jobs, args.resume)
+            total = len(records)
     except ValueError as e:
         print(f"sigprop sweep: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("sigprop sweep: interrupted; finished points are in sweep.jsonl, rerun with --resume", file=sys.stderr)
         return 130
-    summary = write_report(records, spec.size, spec.out_dir)
-    print(summary["table"])
-    print(f"sigprop sweep: {len(records)} points, results in {spec.out_dir}")
-    return 0
+    code = _write_report(spec, records, rebuild)
+    if code == 0:
+        unfinished = f" ({total - len(records)} not finished: --resume runs them)" if total > len(records) else ""
+        print(f"sigprop sweep: {len(records)} points{unfinished}, results in {spec.out_dir}")
+    return code

@@ -8,17 +8,47 @@ Definitions (Wortsman et al. 2023, arXiv 2309.14322, §2.3):
   * LR sensitivity = mean over the grid of min(loss(η), loss at init) − min over η of loss(η);
   * transfer regret, per panel (the group minus the size axis): loss of the largest size at the
     smallest size's η*, capped at the loss at init like the sensitivity, minus the largest size's best loss.
+
+The size axis is *ordered* when its values are finite numbers, *categorical* when they are all strings
+or all booleans (e.g. schemes or parametrizations, each at its own best lr); `check_size` refuses anything
+else. A categorical axis keeps the grid's order, plots η* per category, and has no transfer regret or
+η* ratio (both compare the largest size with the smallest): those read "not applicable", and the
+summary's ``not_applicable`` says why.
 """
 from __future__ import annotations
 
 import json
 import math
+import numbers
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 LR, SEEDS = "optim.lr", ("seed", "train.seed")
+ORDERED, CATEGORICAL = "ordered", "categorical"
+NOT_APPLICABLE = "not applicable"
+
+
+def size_kind(values: Sequence[Any], name: str = "size") -> str:
+    """`ORDERED` when every value (None ignored) is a finite number (a boolean is not), `CATEGORICAL` when all
+    are strings or all are booleans; else ValueError naming ``name`` and the values."""
+    vals = [v for v in values if v is not None]
+    if all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in vals):
+        return ORDERED
+    if all(isinstance(v, str) for v in vals) or all(isinstance(v, bool) for v in vals):
+        return CATEGORICAL
+    raise ValueError(f"{name} must hold only finite numbers (an ordered size) or only strings or only booleans "
+                     f"(categories), got {list(values)!r}")
+
+
+def check_size(size: str, values: Sequence[Any]) -> str:
+    """The kind of the size axis ``size`` with these values (`size_kind`); ValueError if the report cannot use it:
+    the lr (every curve's x) and the seed (averaged over) are not size axes."""
+    if size == LR or size in SEEDS:
+        raise ValueError(f"sweep.size={size!r} is invalid: the size axis must be a grid key other than "
+                         f"{LR!r} (the x of every curve) and the seed (averaged over)")
+    return size_kind(values, f"sweep.size={size!r}")
 
 
 def _label(point: dict[str, Any], skip: Sequence[str]) -> str:
@@ -26,7 +56,10 @@ def _label(point: dict[str, Any], skip: Sequence[str]) -> str:
 
 
 def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, Any]:
-    """Rows per group (curve, η*, edge, sensitivity) and per panel (η* vs size, transfer regret)."""
+    """Rows per group (curve, η*, edge, sensitivity) and per panel (η* vs size, transfer regret).
+
+    Raises ValueError if ``size`` is not a size axis the report can use (`check_size`)."""
+    kind = check_size(size, [r["point"].get(size) for r in records]) if size else None
     skip_group = (LR, *SEEDS)
     groups: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -49,31 +82,58 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
                      "n_seeds": len(g["runs"][lrs[0]])})
     panels = []
     for panel in dict.fromkeys(r["panel"] for r in rows):
-        prs = sorted((r for r in rows if r["panel"] == panel), key=lambda r: (r["size"] is None, r["size"]))
-        small, large = prs[0], prs[-1]
-        regret = math.nan
-        if size and small["best_lr"] in large["lrs"]:
-            at = large["loss"][large["lrs"].index(small["best_lr"])]
-            regret = min(at, large["initial_loss"]) - large["best_loss"]
+        prs = [r for r in rows if r["panel"] == panel]          # a categorical axis keeps the grid's order
+        regret: float | str = NOT_APPLICABLE
+        ratio: float | str = NOT_APPLICABLE
+        if kind != CATEGORICAL:
+            prs.sort(key=lambda r: (r["size"] is None, r["size"]))
+            small, large = prs[0], prs[-1]
+            regret = math.nan
+            if size and small["best_lr"] in large["lrs"]:
+                at = large["loss"][large["lrs"].index(small["best_lr"])]
+                regret = min(at, large["initial_loss"]) - large["best_loss"]
+            ratio = large["best_lr"] / small["best_lr"] if small["best_lr"] and large["best_lr"] else math.nan
         panels.append({"panel": panel, "sizes": [r["size"] for r in prs], "best_lr": [r["best_lr"] for r in prs],
-                       "edge": [r["edge"] for r in prs], "transfer_regret": regret,
-                       "best_lr_ratio": (large["best_lr"] / small["best_lr"]
-                                         if small["best_lr"] and large["best_lr"] else math.nan)})
-    return {"size": size, "groups": rows, "panels": panels}
+                       "edge": [r["edge"] for r in prs], "transfer_regret": regret, "best_lr_ratio": ratio})
+    not_applicable: dict[str, str] = {}
+    if kind == CATEGORICAL:
+        cats = f"{size} holds categories: " + ", ".join(str(c) for c in dict.fromkeys(r["size"] for r in rows))
+        not_applicable = {"transfer_regret": f"it needs an ordered size (the largest size's loss at the smallest "
+                                             f"size's best lr); {cats}",
+                          "best_lr_ratio": f"it needs an ordered size (η* of the largest size over η* of the "
+                                           f"smallest); {cats}"}
+    return {"size": size, "groups": rows, "panels": panels, "not_applicable": not_applicable}
+
+
+def _categorical(summary: dict[str, Any]) -> bool:
+    return size_kind([s for p in summary["panels"] for s in p["sizes"]]) == CATEGORICAL
+
+
+def _number(v: float | str, fmt: str) -> str:
+    return v if isinstance(v, str) else format(v, fmt)
 
 
 def table(summary: dict[str, Any]) -> str:
-    """Markdown table: one row per group; an edge η* is marked ⚠ (the optimum may lie outside the grid)."""
+    """Markdown table: one row per group; an edge η* is marked ⚠ (the optimum may lie outside the grid). Per
+    panel, η* by size (in size order, or per category), the η* ratio and the transfer regret; a metric without a
+    number reads "not applicable", with the reason from ``summary["not_applicable"]`` below the table."""
     lines = ["| group | best lr | best loss | LR sensitivity | seeds |", "|---|---|---|---|---|"]
     for r in summary["groups"]:
         lr = "diverged" if r["best_lr"] is None else f"{r['best_lr']:.3g}" + (" ⚠ edge" if r["edge"] else "")
         lines.append(f"| {r['group']} | {lr} | {r['best_loss']:.4f} | {r['sensitivity']:.4f} | {r['n_seeds']} |")
     if summary["size"]:
+        categorical = _categorical(summary)
         lines += ["", f"| panel | η* by {summary['size']} | η*(largest)/η*(smallest) | transfer regret |",
                   "|---|---|---|---|"]
         for p in summary["panels"]:
-            lrs = " → ".join("—" if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"]))
-            lines.append(f"| {p['panel']} | {lrs} | {p['best_lr_ratio']:.3g} | {p['transfer_regret']:.4f} |")
+            lrs = ["—" if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"])]
+            lrs = ", ".join(f"{s}: {v}" for s, v in zip(p["sizes"], lrs)) if categorical else " → ".join(lrs)
+            lines.append(f"| {p['panel']} | {lrs} | {_number(p['best_lr_ratio'], '.3g')} | "
+                         f"{_number(p['transfer_regret'], '.4f')} |")
+        reasons = summary.get("not_applicable", {})
+        if reasons:
+            names = {"best_lr_ratio": "η*(largest)/η*(smallest)", "transfer_regret": "transfer regret"}
+            lines += ["", *(f"{names[k]}: {NOT_APPLICABLE} — {why}." for k, why in reasons.items())]
     return "\n".join(lines)
 
 
@@ -93,7 +153,8 @@ def log_ticks(ax: Any, values: Sequence[float], axis: str = "x") -> None:
 
 
 def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
-    """One panel per panel label, one line per size: final loss vs lr (log x); η* marked, ✕ at an edge."""
+    """One panel per panel label, one line per size (or category): final loss vs lr (log x); η* marked, ✕ at an
+    edge."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,8 +179,10 @@ def plot_loss_vs_lr(summary: dict[str, Any], ncols: int = 4) -> Any:
 
 
 def plot_best_lr(summary: dict[str, Any], ax: Any = None) -> Any:
-    """η* vs size (log-log), one line per panel; hollow markers where η* sits at the grid's edge. Draws into
-    ``ax`` if given (returns its figure), else into a new figure."""
+    """η* vs size (log y), one line per panel; hollow markers where η* sits at the grid's edge. An ordered size is
+    drawn on a log x axis (linear if a size is ≤ 0); a categorical one has one x position per category, in grid
+    order, where each panel's η* is an unjoined marker beside the other panels'. Draws into ``ax`` if given
+    (returns its figure), else into a new figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,18 +190,32 @@ def plot_best_lr(summary: dict[str, Any], ax: Any = None) -> Any:
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4.2))
-    for p in summary["panels"]:
+    sizes = [s for p in summary["panels"] for s in p["sizes"] if s is not None]
+    categorical = _categorical(summary)
+    cats = list(dict.fromkeys(sizes))
+    for i, p in enumerate(summary["panels"]):
         pts = [(s, v, e) for s, v, e in zip(p["sizes"], p["best_lr"], p["edge"]) if v is not None and s is not None]
         if not pts:
             continue
-        line, = ax.plot([s for s, _, _ in pts], [v for _, v, _ in pts], marker="o", label=p["panel"])
+        if categorical:          # side by side within a category's slot of width 0.5
+            shift = (i - (len(summary["panels"]) - 1) / 2) * 0.5 / len(summary["panels"])
+            pts = [(cats.index(s) + shift, v, e) for s, v, e in pts]
+        line, = ax.plot([s for s, _, _ in pts], [v for _, v, _ in pts], marker="o", label=p["panel"],
+                        linestyle="none" if categorical else "-")
         edges = [(s, v) for s, v, e in pts if e]
         if edges:
             ax.plot(*zip(*edges), "o", mfc="white", color=line.get_color(), ms=8)
     ax.set(yscale="log", xlabel=summary["size"] or "size", ylabel="best learning rate η*",
-           title="optimal lr vs size (hollow: at the grid's edge)")
-    log_ticks(ax, [s for p in summary["panels"] for s in p["sizes"]])
-    ax.legend(fontsize=7)
+           title=("optimal lr per category" if categorical else "optimal lr vs size") + " (hollow: at the grid's edge)")
+    if categorical:
+        ax.set_xticks(range(len(cats)), [str(c) for c in cats])
+        ax.set_xlim(-0.5, len(cats) - 0.5)
+    elif all(s > 0 for s in sizes):
+        log_ticks(ax, sizes)
+    else:
+        ax.set_xticks(sorted(set(sizes)))
+    if ax.get_legend_handles_labels()[0]:             # none without a size axis or a finite η*
+        ax.legend(fontsize=7)
     return ax.figure
 
 
