@@ -146,14 +146,14 @@ def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
         role = role_of(p)
         if role is None:
             raise RuntimeError(f"parameter {name!r} has no role tag; tag it where it is built")
-        if role == "bias":
-            p.zero_()
-        elif role == "norm":
-            p.fill_(1.0)
+        if role in ("bias", "norm"):
+            if not p.is_meta:
+                p.fill_(0.0 if role == "bias" else 1.0)
         elif role != "constant":
             stack, layer = site_of(p) or (None, None)
             std = scheme.init_std(cfg, ParamInfo(role, stack, layer, tuple(p.shape)))
-            p.normal_(0.0, std)
+            if not p.is_meta:                             # meta tensors hold no values: only the std is kept
+                p.normal_(0.0, std)
             set_init_std(p, std)
         counts[role] = counts.get(role, 0) + 1
     return counts
