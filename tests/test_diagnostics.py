@@ -7,6 +7,7 @@ import torch
 
 from sigprop import ModelConfig, build_model
 from sigprop.diagnostics import attention_entropy, diagnose_model, measure, stable_rank, token_correlation
+from sigprop.diagnostics.measure import output_tensor
 from sigprop.records import Record, format_table, from_json, to_csv, to_json
 
 
@@ -178,6 +179,92 @@ def test_measure_selector_errors_are_clear():
         measure(model, ids, blocks=r"blocks\.\d+")
     with pytest.raises(ValueError, match="blocks must be a module class"):
         measure(model, ids, blocks=3)
+    for empty in ([], [NanoBlock, 3]):
+        with pytest.raises(ValueError, match="one or more module classes"):
+            measure(model, ids, blocks=empty)
+
+
+def test_measure_refuses_to_return_nothing():
+    """No records is an error, not an empty list: a third-party model without ``blocks``, and a selector that
+    matches only a container (the ModuleList ``h``, never called itself) name what was selected and why."""
+    model = NanoGPT()
+    ids = torch.randint(0, 64, (2, 16))
+    with pytest.raises(ValueError, match="NanoGPT has no sigprop Sublayer to measure; pass blocks="):
+        measure(model, ids)
+    for blocks in (torch.nn.ModuleList, "h", [torch.nn.ModuleList]):
+        with pytest.raises(ValueError, match=r"selects 1 submodule\(s\) of NanoGPT: h \(ModuleList\); none of them "
+                                             r"executed in the forward pass"):
+            measure(model, ids, blocks=blocks)
+
+    class Tagged(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"y": x}
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.tag = NanoGPT(), Tagged()
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.tag(self.net(ids))["y"]
+
+    with pytest.raises(ValueError, match=r"tag \(Tagged\); they ran, but none returned a tensor"):
+        measure(Wrapper(), ids, blocks=Tagged)
+
+
+def test_measure_takes_any_iterable_of_classes():
+    torch.manual_seed(0)
+    model = NanoGPT().double()
+    ids = torch.randint(0, 64, (2, 16))
+    by_type = measure(model, ids, blocks=NanoBlock)
+    assert measure(model, ids, blocks=[NanoBlock]) == by_type
+    assert measure(model, ids, blocks=(c for c in [NanoBlock])) == by_type
+    both = measure(model, ids, blocks=[NanoBlock, torch.nn.GELU])
+    assert [r.sublayer for r in both] == ["GELU", "NanoBlock"] * 3
+
+
+# --- measure leaves every parameter's .grad as it found it -------------------------------------------
+
+def sigprop_decoder() -> tuple[torch.nn.Module, torch.Tensor, dict]:
+    model = build_model(ModelConfig(scheme="preln", d_model=32, n_heads=4, n_layers=2, max_seq_len=16)).double()
+    return model, torch.randint(0, 256, (3, 16)), {}
+
+
+def nano_gpt() -> tuple[torch.nn.Module, torch.Tensor, dict]:
+    return NanoGPT().double(), torch.randint(0, 64, (3, 16)), {"blocks": NanoBlock}
+
+
+def fill_grads(model: torch.nn.Module, fill: str) -> None:
+    """"zeros": a training step's gradients, then ``zero_grad(set_to_none=False)``; "random": N(0, 1) on every
+    parameter but the first, whose ``.grad`` stays None."""
+    if fill == "zeros":
+        output_tensor(model(torch.randint(0, 64, (2, 16)))).square().mean().backward()
+        model.zero_grad(set_to_none=False)
+        return
+    for i, p in enumerate(model.parameters()):
+        p.grad = None if i == 0 else torch.randn_like(p)
+
+
+def grads_as_found(model: torch.nn.Module, fill: str, run) -> None:
+    """Fill the grads, ``run()``, and check each ``.grad`` is the same object (or None) with the same values."""
+    fill_grads(model, fill)
+    before = [(p.grad, None if p.grad is None else p.grad.clone()) for p in model.parameters()]
+    assert any(g is not None for g, _ in before)
+    run()
+    for p, (grad, values) in zip(model.parameters(), before):
+        assert p.grad is grad
+        assert grad is None or torch.equal(grad, values)
+
+
+@pytest.mark.parametrize("fill", ["zeros", "random"])
+@pytest.mark.parametrize("build", [sigprop_decoder, nano_gpt])
+def test_measure_leaves_existing_grads_exactly_as_found(build, fill):
+    """Zeroed grads stay zero and prefilled ones bit-identical, the same tensors; the records do not depend on them."""
+    torch.manual_seed(0)
+    model, ids, kw = build()
+    clean = measure(model, ids, **kw)
+    grads_as_found(model, fill, lambda: measure(model, ids, **kw))
+    assert measure(model, ids, **kw) == clean
 
 
 def test_diagnose_model_writes_the_diagnose_files(tmp_path):
