@@ -1,5 +1,8 @@
 """Diagnostics: statistics against constructions with known answers; measure() against direct computation."""
 import math
+import re
+import runpy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -276,3 +279,32 @@ def test_diagnose_model_writes_the_diagnose_files(tmp_path):
     assert from_json((tmp_path / "measured.json").read_text()) == records
     assert len((tmp_path / "measured.csv").read_text().splitlines()) == 1 + len(records)
     assert (tmp_path / "diagnose.png").stat().st_size > 0
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_diagnose_any_model_example_runs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    main = runpy.run_path(str(ROOT / "examples" / "diagnose_any_model.py"))["main"]
+    main(["--layers", "4", "--width", "32", "--seq-len", "16", "--batch", "2", "--out", str(tmp_path)])
+    records = from_json((tmp_path / "measured.json").read_text())
+    assert [(r.layer, r.sublayer) for r in records] == [(i, "Block") for i in (1, 2, 3, 4)]
+    assert (tmp_path / "diagnose.png").stat().st_size > 0
+    assert "Block" in capsys.readouterr().out
+
+
+def test_the_diagnose_model_example_in_the_docs_runs(tmp_path, monkeypatch, capsys):
+    """The block after the marker in docs/moments.md, as written (an HF GPT-2 from a config, nothing downloaded)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
+    text = (ROOT / "docs" / "moments.md").read_text()
+    code = re.search(r"<!-- tests/test_diagnostics.py runs the next block -->\n```python\n(.*?)```", text, re.S)[1]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/moments.md", "exec"), {})
+    records = from_json((tmp_path / "runs" / "gpt2_blocks" / "measured.json").read_text())
+    assert [(r.layer, r.sublayer) for r in records] == [(i, "GPT2Block") for i in range(1, 13)]
+    assert "GPT2Block" in capsys.readouterr().out
+    first, last = records[0], records[-1]                          # the numbers the text quotes, to 5 %
+    assert (first.fwd_var, last.fwd_var) == pytest.approx((9.1e-4, 2.3e-3), rel=0.05)
+    assert (first.grad_var, last.grad_var) == pytest.approx((117, 45), rel=0.05)
