@@ -1,5 +1,8 @@
 """Diagnostics: statistics against constructions with known answers; measure() against direct computation."""
 import math
+import re
+import runpy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ import torch
 
 from sigprop import ModelConfig, build_model
 from sigprop.diagnostics import attention_entropy, diagnose_model, measure, stable_rank, token_correlation
+from sigprop.diagnostics.measure import output_tensor
 from sigprop.records import Record, format_table, from_json, to_csv, to_json
 
 
@@ -178,6 +182,92 @@ def test_measure_selector_errors_are_clear():
         measure(model, ids, blocks=r"blocks\.\d+")
     with pytest.raises(ValueError, match="blocks must be a module class"):
         measure(model, ids, blocks=3)
+    for empty in ([], [NanoBlock, 3]):
+        with pytest.raises(ValueError, match="one or more module classes"):
+            measure(model, ids, blocks=empty)
+
+
+def test_measure_refuses_to_return_nothing():
+    """No records is an error, not an empty list: a third-party model without ``blocks``, and a selector that
+    matches only a container (the ModuleList ``h``, never called itself) name what was selected and why."""
+    model = NanoGPT()
+    ids = torch.randint(0, 64, (2, 16))
+    with pytest.raises(ValueError, match="NanoGPT has no sigprop Sublayer to measure; pass blocks="):
+        measure(model, ids)
+    for blocks in (torch.nn.ModuleList, "h", [torch.nn.ModuleList]):
+        with pytest.raises(ValueError, match=r"selects 1 submodule\(s\) of NanoGPT: h \(ModuleList\); none of them "
+                                             r"executed in the forward pass"):
+            measure(model, ids, blocks=blocks)
+
+    class Tagged(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"y": x}
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.tag = NanoGPT(), Tagged()
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.tag(self.net(ids))["y"]
+
+    with pytest.raises(ValueError, match=r"tag \(Tagged\); they ran, but none returned a tensor"):
+        measure(Wrapper(), ids, blocks=Tagged)
+
+
+def test_measure_takes_any_iterable_of_classes():
+    torch.manual_seed(0)
+    model = NanoGPT().double()
+    ids = torch.randint(0, 64, (2, 16))
+    by_type = measure(model, ids, blocks=NanoBlock)
+    assert measure(model, ids, blocks=[NanoBlock]) == by_type
+    assert measure(model, ids, blocks=(c for c in [NanoBlock])) == by_type
+    both = measure(model, ids, blocks=[NanoBlock, torch.nn.GELU])
+    assert [r.sublayer for r in both] == ["GELU", "NanoBlock"] * 3
+
+
+# --- measure leaves every parameter's .grad as it found it -------------------------------------------
+
+def sigprop_decoder() -> tuple[torch.nn.Module, torch.Tensor, dict]:
+    model = build_model(ModelConfig(scheme="preln", d_model=32, n_heads=4, n_layers=2, max_seq_len=16)).double()
+    return model, torch.randint(0, 256, (3, 16)), {}
+
+
+def nano_gpt() -> tuple[torch.nn.Module, torch.Tensor, dict]:
+    return NanoGPT().double(), torch.randint(0, 64, (3, 16)), {"blocks": NanoBlock}
+
+
+def fill_grads(model: torch.nn.Module, fill: str) -> None:
+    """"zeros": a training step's gradients, then ``zero_grad(set_to_none=False)``; "random": N(0, 1) on every
+    parameter but the first, whose ``.grad`` stays None."""
+    if fill == "zeros":
+        output_tensor(model(torch.randint(0, 64, (2, 16)))).square().mean().backward()
+        model.zero_grad(set_to_none=False)
+        return
+    for i, p in enumerate(model.parameters()):
+        p.grad = None if i == 0 else torch.randn_like(p)
+
+
+def grads_as_found(model: torch.nn.Module, fill: str, run) -> None:
+    """Fill the grads, ``run()``, and check each ``.grad`` is the same object (or None) with the same values."""
+    fill_grads(model, fill)
+    before = [(p.grad, None if p.grad is None else p.grad.clone()) for p in model.parameters()]
+    assert any(g is not None for g, _ in before)
+    run()
+    for p, (grad, values) in zip(model.parameters(), before):
+        assert p.grad is grad
+        assert grad is None or torch.equal(grad, values)
+
+
+@pytest.mark.parametrize("fill", ["zeros", "random"])
+@pytest.mark.parametrize("build", [sigprop_decoder, nano_gpt])
+def test_measure_leaves_existing_grads_exactly_as_found(build, fill):
+    """Zeroed grads stay zero and prefilled ones bit-identical, the same tensors; the records do not depend on them."""
+    torch.manual_seed(0)
+    model, ids, kw = build()
+    clean = measure(model, ids, **kw)
+    grads_as_found(model, fill, lambda: measure(model, ids, **kw))
+    assert measure(model, ids, **kw) == clean
 
 
 def test_diagnose_model_writes_the_diagnose_files(tmp_path):
@@ -189,3 +279,32 @@ def test_diagnose_model_writes_the_diagnose_files(tmp_path):
     assert from_json((tmp_path / "measured.json").read_text()) == records
     assert len((tmp_path / "measured.csv").read_text().splitlines()) == 1 + len(records)
     assert (tmp_path / "diagnose.png").stat().st_size > 0
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_diagnose_any_model_example_runs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    main = runpy.run_path(str(ROOT / "examples" / "diagnose_any_model.py"))["main"]
+    main(["--layers", "4", "--width", "32", "--seq-len", "16", "--batch", "2", "--out", str(tmp_path)])
+    records = from_json((tmp_path / "measured.json").read_text())
+    assert [(r.layer, r.sublayer) for r in records] == [(i, "Block") for i in (1, 2, 3, 4)]
+    assert (tmp_path / "diagnose.png").stat().st_size > 0
+    assert "Block" in capsys.readouterr().out
+
+
+def test_the_diagnose_model_example_in_the_docs_runs(tmp_path, monkeypatch, capsys):
+    """The block after the marker in docs/moments.md, as written (an HF GPT-2 from a config, nothing downloaded)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
+    text = (ROOT / "docs" / "moments.md").read_text()
+    code = re.search(r"<!-- tests/test_diagnostics.py runs the next block -->\n```python\n(.*?)```", text, re.S)[1]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/moments.md", "exec"), {})
+    records = from_json((tmp_path / "runs" / "gpt2_blocks" / "measured.json").read_text())
+    assert [(r.layer, r.sublayer) for r in records] == [(i, "GPT2Block") for i in range(1, 13)]
+    assert "GPT2Block" in capsys.readouterr().out
+    first, last = records[0], records[-1]                          # the numbers the text quotes, to 5 %
+    assert (first.fwd_var, last.fwd_var) == pytest.approx((9.1e-4, 2.3e-3), rel=0.05)
+    assert (first.grad_var, last.grad_var) == pytest.approx((117, 45), rel=0.05)

@@ -1,5 +1,6 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
 import dataclasses
+import importlib
 import inspect
 import math
 import statistics
@@ -15,6 +16,7 @@ from sigprop import ModelConfig, build_model  # noqa: E402
 from sigprop.diagnostics import measure  # noqa: E402
 from sigprop.schemes import dslm  # noqa: E402
 from sigprop.theory import gated  # noqa: E402
+from test_diagnostics import grads_as_found  # noqa: E402
 
 V = 256
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -288,6 +290,111 @@ def test_diagnose_equals_measure_on_twin_models(tmp_path, scheme, params, transf
             x, y = getattr(a, field), getattr(b, field)
             assert (x is None) == (y is None), field
             assert x is None or x == pytest.approx(y, rel=1e-8, abs=1e-12), (a.layer, a.sublayer, field)
+
+
+# --- diagnose: .grad as found, eval or train mode, the prediction of that mode ----------------
+
+@pytest.mark.parametrize("fill", ["zeros", "random"])
+def test_diagnose_leaves_existing_grads_exactly_as_found(fill):
+    torch.manual_seed(0)
+    model = gpt2(2).double()
+    ids = torch.randint(0, V, (2, 16))
+    clean = hf.diagnose(model, ids)
+    grads_as_found(model, fill, lambda: hf.diagnose(model, ids))
+    assert hf.diagnose(model, ids) == clean
+
+
+def dropout_gpt2(p: float, scheme: str | None = None, layers: int = 2, d: int = 32) -> torch.nn.Module:
+    """A GPT-2 with dropout ``p`` on the embeddings, the residual branches and the attention probabilities, as
+    built (train mode); after ``apply(scheme)`` when given."""
+    model = gpt2(layers, d=d, resid_pdrop=p, embd_pdrop=p, attn_pdrop=p).double()
+    if scheme is not None:
+        hf.apply(model, scheme)
+    return model
+
+
+def test_diagnose_runs_in_eval_mode_by_default_and_restores_the_models_mode():
+    torch.manual_seed(0)
+    model = dropout_gpt2(0.1)
+    assert model.training                                     # as transformers builds it
+    ids = torch.randint(0, V, (4, 16))
+    first = hf.diagnose(model, ids)
+    assert hf.diagnose(model, ids) == first                   # dropout off: the same records
+    assert all(m.training for m in model.modules())
+    train = [hf.diagnose(model, ids, mode="train") for _ in range(2)]
+    assert train[0] != train[1] and train[0] != first        # dropout on: new masks each call
+    model.eval()
+    model.transformer.h[0].train()                            # a mixed state comes back module by module
+    state = {name: m.training for name, m in model.named_modules()}
+    for mode in ("eval", "train"):
+        hf.diagnose(model, ids, mode=mode)
+        assert {name: m.training for name, m in model.named_modules()} == state
+    with pytest.raises(ValueError, match=r"mode must be one of \['eval', 'train'\], got 'inference'"):
+        hf.diagnose(model, ids, mode="inference")
+
+
+def plotted(monkeypatch: pytest.MonkeyPatch, model: torch.nn.Module, ids: torch.Tensor, mode: str, tmp_path
+            ) -> tuple[dict, str]:
+    """The curves and title `diagnose(..., plot=...)` hands to `plot_records` in ``mode``."""
+    seen = {}
+    module = importlib.import_module("sigprop.hf.diagnose")
+    monkeypatch.setattr(module, "plot_records", lambda curves, path, title: seen.update(curves=curves, title=title))
+    hf.diagnose(model, ids, plot=tmp_path / "p.png", mode=mode)
+    return seen["curves"], seen["title"]
+
+
+def test_the_overlaid_prediction_is_for_the_mode_measured(monkeypatch, tmp_path):
+    """Shaped GPT-2 (its init does not read the dropout rate), p = 0.2: eval mode is predicted by the mirror with
+    dropout 0, train mode by the mirror as it is; each prediction follows the measurement of its own mode and
+    misses the other's (the stream's variance grows by ~1/(1 − p) per branch in train mode)."""
+    from sigprop.models.predict import predict
+
+    torch.manual_seed(0)
+    model = dropout_gpt2(0.2, "shaped", layers=6, d=64)
+    ids = torch.randint(0, V, (8, 32))
+    collision = (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
+    curves = {mode: plotted(monkeypatch, model, ids, mode, tmp_path)[0] for mode in ("eval", "train")}
+    cfg = model.sigprop_config
+    assert curves["train"]["predicted"] == predict(cfg, seq_len=32, token_collision=collision)
+    assert curves["eval"]["predicted"] == predict(dataclasses.replace(cfg, dropout=0.0), seq_len=32,
+                                                  token_collision=collision)
+
+    def error(measured: list, predicted: list) -> float:      # mean relative error of the sublayer variances
+        pairs = [(m.fwd_var, p.fwd_var) for m, p in zip(measured, predicted) if m.layer > 0]
+        return statistics.mean(abs(m / p - 1) for m, p in pairs)
+
+    for mode, other in (("eval", "train"), ("train", "eval")):
+        assert error(curves[mode]["measured"], curves[mode]["predicted"]) < 0.05, mode
+        assert error(curves[mode]["measured"], curves[other]["predicted"]) > 0.15, mode
+
+
+def test_eval_mode_has_no_prediction_when_the_init_reads_the_dropout_rate(monkeypatch, tmp_path):
+    """DSLM's init carries 1 − p: with p > 0 the dropout-free mirror is another model, so eval mode is measured only;
+    with p = 0 both modes get the same prediction."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, V, (2, 16))
+    model = dropout_gpt2(0.1, "dslm")
+    curves, title = plotted(monkeypatch, model, ids, "eval", tmp_path)
+    assert "predicted" not in curves and title == "GPT2LMHeadModel, eval mode (measured only)"
+    assert "predicted" in plotted(monkeypatch, model, ids, "train", tmp_path)[0]
+    model = dropout_gpt2(0.0, "dslm")
+    assert plotted(monkeypatch, model, ids, "eval", tmp_path)[0]["predicted"] == \
+        plotted(monkeypatch, model, ids, "train", tmp_path)[0]["predicted"]
+
+
+def test_dslm_branches_aim_at_one_minus_p_before_their_dropout():
+    """Dropout p = 0.2 (GPT-2, width 64, 12 layers, 32 tokens, 4 networks, train mode): DSLM aims each MLP branch's last
+    linear map at 1 − p, so that the branch after its dropout (variance × 1/(1 − p)) is at 1."""
+    before, after = [], []
+    for seed in range(4):
+        torch.manual_seed(seed)
+        model = gpt2(12, d=64, resid_pdrop=0.2, embd_pdrop=0.2, attn_pdrop=0.0).double()
+        hf.apply(model, "dslm", seq_len=32)
+        ids = zipf_ids(8, 32, seed + 1)
+        before += [r.fwd_var for r in measure(model, ids, blocks=r"transformer\.h\.\d+\.mlp\.c_proj")]
+        after += [r.fwd_var for r in measure(model, ids, blocks=r"transformer\.h\.\d+\.mlp\.dropout")]
+    assert 0.72 <= statistics.median(before) <= 0.88, statistics.median(before)
+    assert 0.9 <= statistics.median(after) <= 1.1, statistics.median(after)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])

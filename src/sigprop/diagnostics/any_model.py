@@ -2,7 +2,7 @@
 
 ``sigprop diagnose --config FILE`` builds a sigprop model from a `ModelConfig`; any other torch model
 (a nanoGPT, a research prototype) is diagnosed from Python with a block selector, writing the same
-files: ``measured.csv``, ``measured.json`` and ``diagnose.png``.
+files: ``measured.csv``, ``measured.json`` and ``diagnose.png``. Runnable: ``examples/diagnose_any_model.py``.
 
     from sigprop.diagnostics import diagnose_model
     records = diagnose_model(model, input_ids, blocks=Block, out="runs/diagnose")
@@ -23,9 +23,10 @@ from .plot import plot_records
 def diagnose_model(model: nn.Module, batch: Any, blocks: Selector, out: str | Path,
                    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, seed: int = 0,
                    title: str | None = None) -> list[Record]:
-    """`measure` ``model`` on ``batch`` at the blocks ``blocks`` selects (a module class, a name pattern or a
-    predicate, see `sigprop.diagnostics.measure`), write ``out``/measured.{csv,json} and ``out``/diagnose.png,
-    and return the records."""
+    """`measure` ``model`` on ``batch`` at the modules ``blocks`` selects (a module class, an iterable of classes,
+    a name pattern or a predicate, see `sigprop.diagnostics.measure`), write ``out``/measured.{csv,json} and
+    ``out``/diagnose.png, and return the records. Parameters' ``.grad`` are left as they were; a selector
+    whose modules record nothing raises ValueError (as `measure`), before any file is written."""
     records = measure(model, batch, loss_fn=loss_fn, seed=seed, blocks=blocks)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

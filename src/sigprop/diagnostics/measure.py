@@ -7,13 +7,19 @@ softmax entropy and largest logit. The default loss is ⟨output, G⟩ with G ~ 
 ``seed``, so ∂loss/∂output has unit variance, the starting point of the theory's backward maps.
 
 On a model that is not a sigprop model, ``blocks`` names the modules to measure (as mup's
-coordinate check does on any model): a module class (or tuple of classes), a regular expression
-matched against the qualified module names (``r"transformer\.h\.\d+"``), or a predicate
-``(name, module) -> bool``. Their outputs (the first element of a tuple output) are the records.
+coordinate check does on any model): a module class (or a tuple, list or any iterable of classes), a
+regular expression matched against the qualified module names (``r"transformer\.h\.\d+"``), or a
+predicate ``(name, module) -> bool``. Their outputs (the first element of a tuple output) are the
+records; the selected modules must run in the forward pass (a container such as ``nn.ModuleList``
+never does: select the blocks in it).
+
+Variances (``fwd_var``, ``grad_var``) are the sample variance over every entry of the tensor
+(batch × tokens × features) with the N − 1 (unbiased) estimator, ``torch.Tensor.var``'s default.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Callable, Union
 
 import torch
@@ -24,7 +30,9 @@ from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
 
 
-Selector = Union[type, tuple, str, Callable[[str, nn.Module], bool]]
+Selector = Union[type, Iterable[type], str, Callable[[str, nn.Module], bool]]
+SELECTOR_FORMS = ("a module class, an iterable (tuple, list) of module classes, a regular expression or a "
+                  "callable (name, module) -> bool")
 
 
 def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
@@ -32,13 +40,18 @@ def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
     if isinstance(blocks, str):
         pattern = re.compile(blocks)
         keep = lambda name, m: pattern.fullmatch(name) is not None       # noqa: E731
-    elif isinstance(blocks, (type, tuple)):
+    elif isinstance(blocks, type):
         keep = lambda name, m: isinstance(m, blocks)                      # noqa: E731
     elif callable(blocks):
         keep = blocks
+    elif isinstance(blocks, Iterable):
+        classes = tuple(blocks)
+        if not classes or not all(isinstance(c, type) for c in classes):
+            raise ValueError(f"measure: blocks given as a collection must hold one or more module classes; "
+                             f"got {blocks!r}")
+        keep = lambda name, m: isinstance(m, classes)                     # noqa: E731
     else:
-        raise ValueError(f"measure: blocks must be a module class, a tuple of them, a regular expression or a "
-                         f"callable (name, module) -> bool; got {blocks!r}")
+        raise ValueError(f"measure: blocks must be {SELECTOR_FORMS}; got {blocks!r}")
     chosen = [(name, m) for name, m in model.named_modules() if name and keep(name, m)]
     if not chosen:
         raise ValueError(f"measure: blocks={blocks!r} selects no submodule of {type(model).__name__}")
@@ -75,14 +88,21 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
     selected modules in order: record i (1-based ``layer``) is the i-th selected module, ``sublayer``
     its class name, ``stack`` "model"; no attention statistics. The model's output may be a tensor or
     carry one as ``.logits``/``.last_hidden_state`` or first tuple entry. Gradients are taken w.r.t.
-    each output; parameters' ``.grad`` are left untouched (restored after the pass).
+    each output; every parameter's ``.grad`` is left as it was: None stays None, an existing tensor is
+    the same tensor with the same values (`backprop`).
+
+    Raises ValueError when nothing can be recorded: without ``blocks``, on a model with no sigprop
+    `Sublayer` (pass ``blocks``); with ``blocks``, when none of the selected modules ran in the forward
+    pass or returned a tensor (the error names the selected modules).
     """
     outputs: dict[tuple, torch.Tensor] = {}
     attn_stats: dict[tuple, tuple[float, float]] = {}
+    ran: set[tuple] = set()
     hooks = []
 
     def keep(key: tuple) -> Callable:
         def hook(module: nn.Module, inputs: tuple, out: Any) -> None:
+            ran.add(key)
             out = out[0] if isinstance(out, (tuple, list)) else out
             if key not in outputs and isinstance(out, torch.Tensor):     # a shared embedding reports its first call
                 if out.requires_grad:
@@ -91,9 +111,12 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         return hook
 
     if blocks is not None:
-        for i, (name, m) in enumerate(select(model, blocks)):
+        chosen = select(model, blocks)
+        for i, (name, m) in enumerate(chosen):
             hooks.append(m.register_forward_hook(keep(("model", i + 1, type(m).__name__))))
         backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
+        if not outputs:
+            raise ValueError(_nothing_recorded(model, blocks, chosen, bool(ran)))
         return records_from(outputs, attn_stats)
 
     def attn_hook(key: tuple) -> Callable:
@@ -102,8 +125,11 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         return hook
 
     sublayers = [m for m in model.modules() if isinstance(m, Sublayer) and hasattr(m, "site")]
+    if not sublayers:
+        raise ValueError(f"measure: {type(model).__name__} has no sigprop Sublayer to measure; pass blocks= "
+                         f"({SELECTOR_FORMS}) to name the modules whose outputs to record")
     embed = getattr(model, "embed", None)
-    if isinstance(embed, nn.Module) and sublayers:
+    if isinstance(embed, nn.Module):
         hooks.append(embed.register_forward_hook(keep((sublayers[0].site.stack, 0, "embed"))))
     for m in sublayers:
         key = (m.site.stack, m.site.layer + 1, m.site.sublayer)
@@ -114,11 +140,26 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
     return records_from(outputs, attn_stats)
 
 
+def _nothing_recorded(model: nn.Module, blocks: Selector, chosen: list[tuple[str, nn.Module]], ran: bool) -> str:
+    """The error of a selector whose modules gave no output: what it selected, and what went wrong."""
+    shown = ", ".join(f"{name} ({type(m).__name__})" for name, m in chosen[:8])
+    more = f" and {len(chosen) - 8} more" if len(chosen) > 8 else ""
+    what = ("they ran, but none returned a tensor (or a tuple starting with one)" if ran else
+            "none of them executed in the forward pass (a container such as nn.ModuleList is never called: "
+            "select the blocks inside it)")
+    return (f"measure: blocks={blocks!r} selects {len(chosen)} submodule(s) of {type(model).__name__}: "
+            f"{shown}{more}; {what}")
+
+
 def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,
              loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, seed: int) -> None:
     """Run ``forward()``, back-propagate ``loss_fn(out)`` (default `random_projection_loss`), then
-    remove ``hooks`` and give every parameter back the ``.grad`` it had."""
+    remove ``hooks``. Every parameter's ``.grad`` is left as it was: it is set aside (None during the
+    pass, so the pass's gradients never accumulate into it) and put back afterwards, the same tensor
+    object with the same values, or None."""
     saved_grads = {p: p.grad for p in model.parameters()}
+    for p in saved_grads:
+        p.grad = None
     try:
         out = output_tensor(forward())
         (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()

@@ -4,9 +4,13 @@ Rows: layer 0 "embed" = the stream entering the first block; then per block the 
 attention and after its MLP residual add (what sigprop's `Sublayer` outputs). Attention rows also
 carry the Softmax entropy and largest logit, recorded by wrapping the model's attention function
 (Q and K after RoPE; the shaped models' τ). Models on HF's "eager" path report none.
+
+The pass runs in ``mode`` "eval" (dropout off: deterministic) or "train" (dropout on, as in training);
+the model's own train/eval state is put back afterwards, module by module.
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -17,10 +21,13 @@ from torch import nn
 from ..diagnostics.measure import backprop, records_from
 from ..diagnostics.plot import plot_records
 from ..diagnostics.statistics import attention_entropy
+from ..models import ModelConfig
 from ..records import Record
-from .apply import family_of
+from ..schemes import ParamInfo, Site, get_scheme
+from .apply import _head_pieces, family_of
 
 RECORDING = "sigprop_record"
+MODES = ("eval", "train")
 
 
 def _attention_stats(module: nn.Module, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
@@ -65,31 +72,64 @@ def _recording_attention(model: nn.Module) -> Iterator[dict[nn.Module, tuple[flo
         model.set_attn_implementation(inner)
 
 
-def _predicted(model: nn.Module, batch: Any) -> list[Record] | None:
-    """`sigprop.models.predict` for the mirrored config, if `apply` found the mirror exact,
-    with the batch's own token-collision probability Σ_v (n_v/N)²."""
+def _dropout_free_mirror(model: nn.Module, cfg: ModelConfig) -> ModelConfig | None:
+    """``cfg`` with dropout 0, if that config gives ``model`` the same init and forward multipliers as ``cfg``
+    (every weight's init std, every residual weight, the attention and tied-logit scales: the rules `apply`
+    used), so that it describes the model with its dropout off; None when a rule reads the dropout rate
+    (DSLM: its init carries 1 − p)."""
+    off = dataclasses.replace(cfg, dropout=0.0)
+    scheme, family, base = get_scheme(cfg.scheme), family_of(model), model.base_model
+    stack = "dec" if cfg.arch == "decoder" else "enc"
+    weights = [ParamInfo(piece.role, stack, piece.layer, piece.shape)
+               for piece in [*family.pieces(base), *_head_pieces(model, {})] if piece.role not in ("bias", "norm")]
+    sites = [Site(stack, layer, site.kind) for layer, block in enumerate(family.blocks(base))
+             for site in family.sites(block)]
+    same = (scheme.logit_scale(cfg) == scheme.logit_scale(off)
+            and scheme.attention_scale(cfg) == scheme.attention_scale(off)
+            and all(scheme.residual(cfg, site) == scheme.residual(off, site) for site in sites)
+            and all(scheme.init_std(cfg, info) == scheme.init_std(off, info) for info in weights))
+    return off if same else None
+
+
+def _predicted(model: nn.Module, batch: Any, mode: str) -> list[Record] | None:
+    """`sigprop.models.predict` for the mirrored config in ``mode``, if `apply` found the mirror exact,
+    with the batch's own token-collision probability Σ_v (n_v/N)². "train": the mirror as it is (its
+    dropout p on the embeddings and every branch); "eval": the mirror with p = 0 when that keeps the
+    model's init law (`_dropout_free_mirror`), else None (no exact prediction: DSLM with p > 0)."""
     if not getattr(model, "sigprop_exact_mirror", False):
         return None
     try:
         from ..models.predict import predict
     except ImportError:
         return None
+    cfg = model.sigprop_config
+    if mode == "eval" and cfg.dropout > 0:
+        cfg = _dropout_free_mirror(model, cfg)
+        if cfg is None:
+            return None
     ids = batch["input_ids"] if isinstance(batch, dict) else batch
     collision = (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
-    return predict(model.sigprop_config, seq_len=ids.shape[-1], token_collision=collision)
+    return predict(cfg, seq_len=ids.shape[-1], token_collision=collision)
 
 
 def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-             seed: int = 0, attention_stats: bool = True, plot: str | Path | None = None) -> list[Record]:
+             seed: int = 0, attention_stats: bool = True, plot: str | Path | None = None,
+             mode: str = "eval") -> list[Record]:
     """Per-sublayer records of a `transformers` model on ``batch`` (input_ids, or a dict of kwargs).
 
     One forward and backward pass; the loss is ``loss_fn(out)`` or ⟨out, G⟩ with G ~ N(0, 1)
-    (`random_projection_loss`), out = the logits (or last hidden state). Parameters' ``.grad`` are
-    left untouched. ``plot``: write a PNG of the measured curves with `plot_records`, and the
-    predicted ones where `sigprop.models.predict` exists and `apply` found the mirrored
-    `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror attends over ``seq_len``
-    keys); else the title says "measured only".
+    (`random_projection_loss`), out = the logits (or last hidden state). ``mode``: "eval" (default:
+    dropout off, two calls give the same records) or "train" (dropout on, to measure its effect); the
+    model's train/eval state is restored afterwards. Every parameter's ``.grad`` is left as it was (None
+    stays None; a tensor keeps its values and identity). ``plot``: write a PNG of the measured curves with
+    `plot_records`, and the predicted ones for the same mode where `sigprop.models.predict` exists and
+    `apply` found the mirrored `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror
+    attends over ``seq_len`` keys); in "eval" mode the mirror's dropout is taken as 0, which needs an init
+    that does not depend on it (not DSLM with dropout p > 0); without a prediction the title says
+    "measured only".
     """
+    if mode not in MODES:
+        raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")
     family = family_of(model)
     blocks = family.blocks(model.base_model)
     stack = "dec" if family.mirror(model.config)["arch"] == "decoder" else "enc"
@@ -115,12 +155,19 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
         out = model(**batch) if isinstance(batch, dict) else model(batch)
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
-    with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
-        backprop(model, forward, hooks, loss_fn, seed)
+    training = {m: m.training for m in model.modules()}
+    model.train(mode == "train")
+    try:
+        with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
+            backprop(model, forward, hooks, loss_fn, seed)
+    finally:
+        for m, was in training.items():
+            m.training = was
     attn = {(stack, attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
     records = records_from(outputs, attn)
     if plot is not None:
-        predicted = _predicted(model, batch)
+        predicted = _predicted(model, batch, mode)
         curves = {"measured": records} | ({"predicted": predicted} if predicted else {})
-        plot_records(curves, plot, title=f"{type(model).__name__}" + ("" if predicted else " (measured only)"))
+        plot_records(curves, plot, title=f"{type(model).__name__}, {mode} mode"
+                     + ("" if predicted else " (measured only)"))
     return records
