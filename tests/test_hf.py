@@ -368,18 +368,26 @@ def test_the_overlaid_prediction_is_for_the_mode_measured(monkeypatch, tmp_path)
         assert error(curves[mode]["measured"], curves[other]["predicted"]) > 0.15, mode
 
 
-def test_eval_mode_has_no_prediction_when_the_init_reads_the_dropout_rate(monkeypatch, tmp_path):
-    """DSLM's init carries 1 − p: with p > 0 the dropout-free mirror is another model, so eval mode is measured only;
-    with p = 0 both modes get the same prediction."""
-    torch.manual_seed(0)
-    ids = torch.randint(0, V, (2, 16))
-    model = dropout_gpt2(0.1, "dslm")
-    curves, title = plotted(monkeypatch, model, ids, "eval", tmp_path)
-    assert "predicted" not in curves and title == "GPT2LMHeadModel, eval mode (measured only)"
-    assert "predicted" in plotted(monkeypatch, model, ids, "train", tmp_path)[0]
-    model = dropout_gpt2(0.0, "dslm")
-    assert plotted(monkeypatch, model, ids, "eval", tmp_path)[0]["predicted"] == \
-        plotted(monkeypatch, model, ids, "train", tmp_path)[0]["predicted"]
+def test_eval_mode_predicts_the_init_at_p_with_the_dropout_off(monkeypatch, tmp_path):
+    """DSLM's init carries 1 − p: eval mode predicts the mirror initialized at p with its dropout maps off. Over
+    8 networks (p = 0.1, 4 layers, width 64) it follows the eval measurement within 5 % on average, closer than
+    the train-mode prediction or the p = 0 model's (both about 7 % off)."""
+    measured, predicted = [], {}
+    for seed in range(8):
+        torch.manual_seed(seed)
+        ids = torch.randint(0, V, (2, 32))
+        model = dropout_gpt2(0.1, "dslm", layers=4, d=64)
+        curves, title = plotted(monkeypatch, model, ids, "eval", tmp_path)
+        assert title == "GPT2LMHeadModel, eval mode"
+        measured.append([r.fwd_var for r in curves["measured"]])
+        predicted["eval"] = curves["predicted"]
+    predicted["train"] = plotted(monkeypatch, model, ids, "train", tmp_path)[0]["predicted"]
+    predicted["p = 0"] = plotted(monkeypatch, dropout_gpt2(0.0, "dslm", layers=4, d=64), ids, "eval", tmp_path
+                                 )[0]["predicted"]
+    mean = [statistics.mean(column) for column in zip(*measured)]
+    error = {k: statistics.mean(abs(m / r.fwd_var - 1) for m, r in zip(mean, records) if r.layer > 0)
+             for k, records in predicted.items()}
+    assert error["eval"] < 0.05 and error["eval"] < min(error["train"], error["p = 0"]), error
 
 
 def test_dslm_branches_aim_at_one_minus_p_before_their_dropout():

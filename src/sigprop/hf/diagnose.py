@@ -10,7 +10,6 @@ the model's own train/eval state is put back afterwards, module by module.
 """
 from __future__ import annotations
 
-import dataclasses
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -21,10 +20,8 @@ from torch import nn
 from ..diagnostics.measure import backprop, records_from
 from ..diagnostics.plot import plot_records
 from ..diagnostics.statistics import attention_entropy
-from ..models import ModelConfig
 from ..records import Record
-from ..schemes import ParamInfo, Site, get_scheme
-from .apply import _head_pieces, family_of
+from .apply import family_of
 
 RECORDING = "sigprop_record"
 MODES = ("eval", "train")
@@ -72,44 +69,19 @@ def _recording_attention(model: nn.Module) -> Iterator[dict[nn.Module, tuple[flo
         model.set_attn_implementation(inner)
 
 
-def _dropout_free_mirror(model: nn.Module, cfg: ModelConfig) -> ModelConfig | None:
-    """``cfg`` with dropout 0, if that config gives ``model`` the same init and forward multipliers as ``cfg``
-    (every weight's init std, every residual weight, the attention and tied-logit scales: the rules `apply`
-    used), so that it describes the model with its dropout off; None when a rule reads the dropout rate
-    (DSLM: its init carries 1 − p)."""
-    off = dataclasses.replace(cfg, dropout=0.0)
-    scheme, family, base = get_scheme(cfg.scheme), family_of(model), model.base_model
-    stack = "dec" if cfg.arch == "decoder" else "enc"
-    weights = [ParamInfo(piece.role, stack, piece.layer, piece.shape)
-               for piece in [*family.pieces(base), *_head_pieces(model, {})] if piece.role not in ("bias", "norm")]
-    sites = [Site(stack, layer, site.kind) for layer, block in enumerate(family.blocks(base))
-             for site in family.sites(block)]
-    same = (scheme.logit_scale(cfg) == scheme.logit_scale(off)
-            and scheme.attention_scale(cfg) == scheme.attention_scale(off)
-            and all(scheme.residual(cfg, site) == scheme.residual(off, site) for site in sites)
-            and all(scheme.init_std(cfg, info) == scheme.init_std(off, info) for info in weights))
-    return off if same else None
-
-
-def _predicted(model: nn.Module, batch: Any, mode: str) -> list[Record] | None:
-    """`sigprop.models.predict` for the mirrored config in ``mode``, if `apply` found the mirror exact,
-    with the batch's own token-collision probability Σ_v (n_v/N)². "train": the mirror as it is (its
-    dropout p on the embeddings and every branch); "eval": the mirror with p = 0 when that keeps the
-    model's init law (`_dropout_free_mirror`), else None (no exact prediction: DSLM with p > 0)."""
+def _predicted(model: nn.Module, batch: Any, mode: str) -> list[Record]:
+    """`sigprop.models.predict` for the mirrored model in ``mode``, if `apply` found the mirror exact, with the
+    batch's own token-collision probability Σ_v (n_v/N)²: the mirror is built on the meta device with the init
+    its config gives (at the config's dropout rate, which DSLM's init reads) and put in ``mode``, so its
+    dropout maps at p in "train" and not at all in "eval". [] without an exact mirror."""
     if not getattr(model, "sigprop_exact_mirror", False):
-        return None
-    try:
-        from ..models.predict import predict
-    except ImportError:
-        return None
-    cfg = model.sigprop_config
-    if mode == "eval" and cfg.dropout > 0:
-        cfg = _dropout_free_mirror(model, cfg)
-        if cfg is None:
-            return None
+        return []
+    from ..models import build_model
+    from ..models.predict import predict
+    mirror = build_model(model.sigprop_config, device="meta").train(mode == "train")
     ids = batch["input_ids"] if isinstance(batch, dict) else batch
     collision = (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
-    return predict(cfg, seq_len=ids.shape[-1], token_collision=collision)
+    return predict(mirror, seq_len=ids.shape[-1], token_collision=collision)
 
 
 def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -124,9 +96,8 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     stays None; a tensor keeps its values and identity). ``plot``: write a PNG of the measured curves with
     `plot_records`, and the predicted ones for the same mode where `sigprop.models.predict` exists and
     `apply` found the mirrored `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror
-    attends over ``seq_len`` keys); in "eval" mode the mirror's dropout is taken as 0, which needs an init
-    that does not depend on it (not DSLM with dropout p > 0); without a prediction the title says
-    "measured only".
+    attends over ``seq_len`` keys), read off the mirror in the same mode (`_predicted`); without a prediction
+    the title says "measured only".
     """
     if mode not in MODES:
         raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")
