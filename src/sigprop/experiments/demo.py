@@ -8,10 +8,13 @@
 3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model, the GPT-2-style init
    (scheme "gpt2": std 0.02, output projections 0.02/√(2L)) and a DSLM model of the same size, trained for
    the same steps on the embedded corpus (causal LM); validation loss curves. The two baselines (Pre-LN,
-   GPT-2 style) get a tuned lr: `choose_lrs` trains them on a small grid on a tuning seed (not the demo's
-   seed), extends it past an edge that holds the optimum (`sigprop.experiments.tuning`) and stores the
-   choice with the command that reproduces it (``training/lr_choice.json``); shaped and DSLM keep
-   `FIXED_LR`, so the comparison is, if anything, tilted toward the baselines.
+   GPT-2 style) get a tuned lr: `tune_baseline` trains each on its 3-point grid (`LR_GRID`, ×√10-spaced
+   around where its optimum lies) on a tuning seed (not the demo's seed), extends it past an edge that holds
+   the optimum (`sigprop.experiments.tuning`) and stores the choice with the command that reproduces it
+   (``training/lr_choice.json``); shaped and DSLM keep `FIXED_LR`, so the comparison is, if anything,
+   tilted toward the baselines. The training runs share the cores as independent worker processes
+   (`sigprop.train.sweep.worker_pool`): the tunings and the untuned models first, each tuned model as soon as
+   its lr is chosen.
 
 Writes into ``out_dir``: ``report.html`` (self-contained: plots embedded), ``demo.json`` (every summary and
 curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table. Each part is
@@ -19,6 +22,7 @@ measure → table → plot; `sections` turns the parts' tables and figures into 
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import math
 import re
@@ -32,6 +36,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from . import dslm_moments, shaped_figs  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from ..train.sweep import worker_pool  # noqa: E402
 from .outputs import progress, write_outputs  # noqa: E402
 from .report import Figure, Section, Table, write_html  # noqa: E402
 from .training import train_run  # noqa: E402
@@ -44,10 +51,12 @@ TRAIN_MODELS = {
     "GPT-2 style (Pre-LN)": {"scheme": "gpt2"},
     "DSLM (Pre-LN)": {"scheme": "dslm", "norm": "preln"},
 }
-TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `choose_lrs` picks
+TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `tune_baseline` picks
 FIXED_LR = 1e-3                                  # the other models' lr
-LR_GRID = {"full": (1e-3, 3e-3, 1e-2), "quick": (1e-3, 1e-2)}
+LR_GRID = {"full": {"Pre-LN": (3e-3, 1e-2, 3e-2), "GPT-2 style (Pre-LN)": (1e-3, 3e-3, 1e-2)},
+           "quick": {"Pre-LN": (1e-3, 1e-2), "GPT-2 style (Pre-LN)": (1e-3, 1e-2)}}
 FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 300, "batch": 16}
+JOBS = 2                                         # worker processes for the training runs (2 cores)
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
 
 
@@ -84,35 +93,73 @@ def demo_tables(label: str, depth: int, width: int, steps: int, batch: int, seq:
                       "diag_every": 0}}
 
 
-def choose_lrs(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
-    """Pick the lr of each `TUNED` baseline at the demo's size: `tuning.tune` over ``LR_GRID`` on
-    `TUNING_SEED` (never the demo's seed), extended past an edge (not in quick mode). Writes
-    ``out_dir/lr_choice.json`` ({label: lr_grid, tuning_loss, best_lr, extended, ...}, plus the command)
-    and returns it."""
-    out, size = Path(out_dir), QUICK if quick else FULL
-    grid, max_extend = (LR_GRID["quick"], 0) if quick else (LR_GRID["full"], 2)
-    choice: dict[str, Any] = {"command": f"python -c \"from sigprop.experiments import demo; "
-                                         f"demo.choose_lrs('{out}', quick={quick})\""}
-    for label in progress(TUNED, "demo: lr grid", enabled=show_progress):
-        t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
-        choice[label] = numbers(tune(out / "sweeps", t, grid, TUNING_SEED, [], max_extend=max_extend))
+def _slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", label.split()[0].lower())
+
+
+def tune_baseline(out_dir: str | Path, label: str, quick: bool = False) -> dict[str, Any]:
+    """The lr of the `TUNED` baseline ``label`` at the demo's size: `tuning.tune` over its ``LR_GRID`` on
+    `TUNING_SEED` (never the demo's seed), extended past an edge (not in quick mode), in
+    ``out_dir/sweeps/<label>``; returns its numbers (lr_grid, tuning_loss, best_lr, extended, ...)."""
+    size = QUICK if quick else FULL
+    grid, max_extend = (LR_GRID["quick"][label], 0) if quick else (LR_GRID["full"][label], 2)
+    t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
+    return numbers(tune(Path(out_dir) / "sweeps" / _slug(label), t, grid, TUNING_SEED, [], max_extend=max_extend))
+
+
+def _write_choice(out_dir: str | Path, tuned: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """``out_dir/lr_choice.json``: {label: `tune_baseline` numbers} plus the command that reproduces them."""
+    out = Path(out_dir)
+    choice = {"command": f"python -c \"from sigprop.experiments import demo; demo.choose_lrs('{out}', quick={quick})\"",
+              **{label: tuned[label] for label in TUNED}}
     out.mkdir(parents=True, exist_ok=True)
     (out / "lr_choice.json").write_text(json.dumps(choice, indent=1))
     return choice
 
 
-def train_comparison(out_dir: Path, depth: int, width: int, steps: int, batch: int, lrs: dict[str, float],
-                     seed: int = 0, show_progress: bool = True) -> dict[str, Any]:
-    """Train each of `TRAIN_MODELS` (`demo_tables`) with the same data, steps and batch, at its lr from ``lrs``
-    (`FIXED_LR` where absent), each in ``out_dir/runs/``; return {label: train_run record with ``lr``}."""
-    runs = {}
-    for label in progress(TRAIN_MODELS, "demo: training", total=len(TRAIN_MODELS), enabled=show_progress):
-        t, lr = demo_tables(label, depth, width, steps, batch), lrs.get(label, FIXED_LR)
-        r = train_run(out_dir / "runs" / re.sub(r"[^a-z0-9]+", "", label.split()[0].lower()), t["model"],
-                      data=t["data"], optim={**t["optim"], "lr": lr},
-                      train_cfg={**t["train"], "progress": show_progress}, seed=seed)
-        runs[label] = {**r, "lr": lr}
-    return runs
+def choose_lrs(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    """`tune_baseline` for every `TUNED` baseline, one after the other; writes and returns ``lr_choice.json``."""
+    tuned = {label: tune_baseline(out_dir, label, quick)
+             for label in progress(TUNED, "demo: lr grid", enabled=show_progress)}
+    return _write_choice(out_dir, tuned, quick)
+
+
+def train_model(out_dir: str | Path, label: str, depth: int, width: int, steps: int, batch: int, lr: float,
+                seed: int = 0) -> dict[str, Any]:
+    """Train ``label`` of `TRAIN_MODELS` (`demo_tables`) at ``lr`` in ``out_dir/runs/<label>``; the
+    `train_run` record with ``lr``."""
+    t = demo_tables(label, depth, width, steps, batch)
+    r = train_run(Path(out_dir) / "runs" / _slug(label), t["model"], data=t["data"], optim={**t["optim"], "lr": lr},
+                  train_cfg={**t["train"], "progress": False}, seed=seed)
+    return {**r, "lr": lr}
+
+
+def train_comparison(out_dir: str | Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
+                     show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tune the `TUNED` baselines (`tune_baseline`) and train every model of `TRAIN_MODELS` with the same data,
+    steps and batch — the untuned ones at `FIXED_LR`, each baseline at its chosen lr as soon as it is known —
+    on ``jobs`` worker processes; returns ({label: `train_model` record}, the lr choice)."""
+    shape = (size["depth"], size["width"], size["steps"], size["batch"])
+    tuned: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    with worker_pool(jobs) as pool, tqdm(total=len(TUNED) + len(TRAIN_MODELS), desc="demo: lr grids and training",
+                                         disable=not show_progress) as bar:
+        pending = {pool.submit(tune_baseline, out_dir, label, quick): ("tune", label) for label in TUNED}
+        pending |= {pool.submit(train_model, out_dir, label, *shape, FIXED_LR, seed): ("train", label)
+                    for label in TRAIN_MODELS if label not in TUNED}
+        while pending:
+            done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                kind, label = pending.pop(future)
+                bar.update()
+                if kind == "train":
+                    runs[label] = future.result()
+                    continue
+                tuned[label] = future.result()
+                lr = tuned[label]["best_lr"] if tuned[label]["best_lr"] is not None else FIXED_LR
+                pending[pool.submit(train_model, out_dir, label, *shape, lr, seed)] = ("train", label)
+    choice = _write_choice(out_dir, tuned, quick)
+    return {label: runs[label] for label in TRAIN_MODELS}, choice
 
 
 def training_table(runs: dict[str, Any], choice: dict[str, Any]) -> Table:
@@ -193,13 +240,12 @@ def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, s
     """Run the three parts into ``out_dir`` and write the report; returns {"table", "meta"}."""
     size = QUICK if quick else FULL
     out, start = Path(out_dir), time.time()
+    # the training runs first: their workers fork before this process has run any torch computation
+    runs, choice = train_comparison(out / "training", size, quick, seed, jobs=1 if quick else JOBS,
+                                    show_progress=show_progress)
     rank = shaped_figs.fig1(out / "rank_collapse", quick=quick, show_progress=show_progress)
     moments = dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
                                quick=quick, show_progress=show_progress)
-    choice = choose_lrs(out / "training", quick=quick, show_progress=show_progress)
-    runs = train_comparison(out / "training", size["depth"], size["width"], size["steps"], size["batch"],
-                            {k: choice[k]["best_lr"] for k in TUNED if choice[k]["best_lr"] is not None}, seed,
-                            show_progress=show_progress)
     write_outputs(out / "training", "training",
                   {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
                   {**{k: {f: r[f] for f in ("lr", "final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}

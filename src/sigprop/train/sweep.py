@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
 from .config import RunConfig, from_mapping
@@ -275,6 +276,36 @@ def _append(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+def _worker_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+class _InProcess(cf.Executor):
+    """An executor that runs each call in this process when it is submitted."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> cf.Future:
+        future: cf.Future = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as e:
+            future.set_exception(e)
+        return future
+
+
+def worker_pool(jobs: int) -> cf.Executor:
+    """``jobs`` worker processes that share the CPU (for ``jobs`` <= 1: this process, each call run as it is
+    submitted). Each worker runs torch on cores/jobs threads (at least 1), so ``jobs`` workers do not
+    oversubscribe the cores torch would use in one process. Fork, so a worker starts with the parent's imports
+    (spawn re-imports torch: tens of seconds on a loaded machine, bench/RESULTS.md); spawn where fork does not
+    exist."""
+    if jobs <= 1:
+        return _InProcess()
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    return cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_threads,
+                                  initargs=(max(1, torch.get_num_threads() // jobs),))
+
+
 def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
     """Run every unfinished point (``jobs`` worker processes, or in-process for 1); returns all records in grid order."""
     resolved = resolve(spec)                                  # every point validated before anything runs
@@ -296,11 +327,7 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
                 done[r["id"]] = r
                 bar.update()
         else:
-            # fork: a worker starts with the parent's imports (spawn re-imports torch: tens of seconds on a
-            # loaded machine, bench/RESULTS.md); spawn where fork does not exist
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            with worker_pool(jobs) as pool:
                 futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
                 for fut in cf.as_completed(futures):
                     r = fut.result()
