@@ -28,8 +28,12 @@ exchangeable (σ²/T) I. The class token breaks the invariance (its forward vari
 variance equals the patch tokens' (DSLM); when it is much smaller (Xavier-like init) its Pre-LN norms
 amplify the gradient it alone carries, which the token-averaged maps miss.
 
-Cost: each attention map evaluates the tabulated softmax functionals (`tables`), ~0.5 ms per
-sublayer; the first call per (seq_len, causal) builds the table (~0.2 s at L = 128).
+Cost (bench/predict.py): building a config's model on the meta device (~1 ms per block: module construction
+and the init pass, which records each weight's std); each attention map evaluates the tabulated softmax
+functionals (`tables`), ~0.5 ms per sublayer, and the first call per (seq_len, causal) builds the table
+(~0.2 s at L = 128); a causal Post-LN stack traced per position carries an L × L gradient covariance per
+sublayer. DSLM's init rule itself runs a token-Gram recursion over the blocks (`sigprop.schemes.dslm`,
+O(blocks · T³), cached per config), which dominates a first call for a deep DSLM model at T = 128.
 Accuracy against `sigprop.diagnostics.measure`: docs/moments.md and tests/test_predict.py. Causal models
 carry position-dependent token correlations the exchangeable-token maps average away; a rank-collapsed
 causal Post-LN decoder (token correlation ≥ COLLAPSED_CORR) is traced backward per position (`causal`),
