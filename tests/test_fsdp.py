@@ -14,6 +14,7 @@ from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, 
 from conftest import CONFIGS, FAST_TRAIN, train_argv
 from test_train_ddp import curve, free_port
 
+TIMEOUT_S = 300
 SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
         "train.batch_size=8", "train.ckpt_every=3", "train.keep_last=5", "train.diag_every=0"]
 
@@ -24,9 +25,15 @@ def torchrun(tmp_path: Path, sets: list[str]) -> None:
     argv = train_argv("tiny_decoder", *sets)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:   # e.g. a collective one rank never enters
+        proc.terminate()                # torchrun then stops its ranks; killing it would leave them running
+        _, err = proc.communicate()
+        pytest.fail(f"torchrun timed out after {TIMEOUT_S} s: {err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
 
 
 def weights(run: Path, checkpoint: Path | None = None) -> dict[str, torch.Tensor]:
