@@ -1,5 +1,7 @@
 """FSDP2 on 2 gloo ranks: the same loss curve and weights as 1 process, exact resume from its
-consolidated checkpoint, and that checkpoint loads in a single process."""
+consolidated checkpoint, and that checkpoint loads in a single process; in-training diagnostics
+measured collectively equal the single-process measurement and leave training unchanged."""
+import json
 import os
 import shutil
 import subprocess
@@ -9,11 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, read_jsonl, train
+from sigprop.diagnostics import measure
+from sigprop.models import build_model
+from sigprop.records import to_rows
+from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, prepare_data, read_jsonl, train
+from sigprop.train.run import seed_everything
+from sigprop.train.sampler import generator
+from sigprop.train.trainer import DIAG_STREAM
 
 from conftest import CONFIGS, FAST_TRAIN, train_argv
 from test_train_ddp import curve, free_port
 
+TIMEOUT_S = 300
 SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
         "train.batch_size=8", "train.ckpt_every=3", "train.keep_last=5", "train.diag_every=0"]
 
@@ -24,9 +33,15 @@ def torchrun(tmp_path: Path, sets: list[str]) -> None:
     argv = train_argv("tiny_decoder", *sets)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:   # e.g. a collective one rank never enters
+        proc.terminate()                # torchrun then stops its ranks; killing it would leave them running
+        _, err = proc.communicate()
+        pytest.fail(f"torchrun timed out after {TIMEOUT_S} s: {err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
 
 
 def weights(run: Path, checkpoint: Path | None = None) -> dict[str, torch.Tensor]:
@@ -74,7 +89,47 @@ def test_scale_out_fields_are_validated(key, value, allowed):
         load_config(CONFIGS / "tiny_decoder.toml", ["train.activation_checkpointing=1"])
 
 
-def test_fsdp_needs_diagnostics_off():
-    with pytest.raises(ValueError, match=r"train\.diag_every=100 is invalid: diag_every must be 0 with train\.distributed='fsdp'"):
-        TrainConfig(distributed="fsdp", diag_every=100)
-    assert TrainConfig(distributed="fsdp", diag_every=0).distributed == "fsdp"
+# dropout on, so a diagnostic pass that drew from the training RNG would change the losses
+DIAG = [*FAST_TRAIN, "model.dropout=0.1", "train.steps=2", "train.batch_size=8", "optim.warmup_steps=1",
+        "train.eval_batches=0", "train.ckpt_every=1", "train.keep_last=5", "train.distributed=fsdp"]
+
+
+def train_losses(run: Path) -> list[float]:
+    return [r["loss"] for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def assert_rows_close(got: list[dict], want: list[dict], step: int) -> None:
+    assert len(got) == len(want), step
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for key, value in w.items():
+            if isinstance(value, float):
+                assert g[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (step, w["layer"], w["sublayer"], key)
+            else:
+                assert g[key] == value, (step, w["layer"], w["sublayer"], key)
+
+
+@pytest.mark.slow
+def test_fsdp_diagnostics_are_the_single_process_measurement_and_leave_training_unchanged(tmp_path):
+    on, off = tmp_path / "on", tmp_path / "off"
+    torchrun(tmp_path, [*DIAG, f"train.out_dir={on}", "train.diag_every=1"])
+    torchrun(tmp_path, [*DIAG, f"train.out_dir={off}", "train.diag_every=0"])
+    assert train_losses(on) == train_losses(off) and len(train_losses(on)) == 2
+    diag = {r["step"]: r for r in read_jsonl(on / "metrics.jsonl") if r["kind"] == "diag"}
+    assert sorted(diag) == [0, 1, 2]                       # one record per diagnostic step in rank 0's log
+
+    cfg = load_run(on)[0]
+    data = prepare_data(cfg, on, save_tokenizer=False)     # the run's tokenizer, pinned by load_run
+    n = min(len(data.val), cfg.train.batch_size // 2)      # the diagnostic batch is one rank's micro-batch
+    inputs = data.val.batch(torch.arange(n), generator(cfg.train.seed, DIAG_STREAM)).inputs
+    seed_everything(cfg.train.seed)                        # step 0: the initialization `train` builds
+    models = {0: build_model(cfg.model).eval()}
+    for ckpt in list_checkpoints(on / "checkpoints"):      # steps 1 and 2: the consolidated checkpoints
+        models[json.loads(ckpt.read_text())["step"]] = load_run(on, ckpt)[1]
+    assert sorted(models) == sorted(diag)
+    for step, model in models.items():
+        assert_rows_close(diag[step]["layers"], to_rows(measure(model, inputs)), step)
+
+
+def test_fsdp_accepts_diagnostics():
+    assert TrainConfig(distributed="fsdp", diag_every=100).diag_every == 100

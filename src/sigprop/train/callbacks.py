@@ -14,6 +14,7 @@ from torch import nn
 
 from ..diagnostics import measure
 from ..records import to_rows
+from .parallel import is_sharded
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -39,10 +40,18 @@ class Callback:
 
 
 class Diagnostics(Callback):
-    """At step 0 and every ``every`` steps (rank 0): `sigprop.diagnostics.measure` on a fixed validation batch,
+    """At step 0 and every ``every`` steps: `sigprop.diagnostics.measure` on a fixed validation batch,
     in eval mode. Logs the per-sublayer records (``layers``: fwd_var, token_corr, grad_var,
     attn_entropy, ...) and summaries: mean and min attention entropy over attention
-    sublayers, and the token correlation of the last sublayer output (``token_corr``)."""
+    sublayers, and the token correlation of the last sublayer output (``token_corr``).
+
+    One process or DDP: rank 0 measures its own replica alone. FSDP: the pass is collective, every
+    rank measures the sharded model on the same batch (FSDP's hooks gather each block's full weights
+    for its forward and backward, so measure's hooks, the attention statistics included, run on full
+    weights) and rank 0 logs the records, which equal `measure` of the same weights in one process.
+    Either way the training state is left as it was: ``measure`` gives every parameter back its
+    ``.grad`` (under FSDP after the backward's reduce-scatter), the optimizer is not touched, and the
+    eval-mode pass draws nothing from the global RNG (dropout is off)."""
 
     def __init__(self, every: int) -> None:
         self.every = every
@@ -52,8 +61,12 @@ class Diagnostics(Callback):
             self.on_step_end(trainer)
 
     def on_step_end(self, trainer: "Trainer") -> None:
-        if self.every and trainer.state.step % self.every == 0 and trainer.dist.is_main:
-            trainer.log({"kind": "diag", **self.summarize(trainer.model, trainer.diag_batch().inputs)})
+        if not self.every or trainer.state.step % self.every:
+            return
+        if trainer.dist.is_main or is_sharded(trainer.model):   # FSDP: every rank enters the collectives
+            diag = self.summarize(trainer.model, trainer.diag_batch().inputs)
+            if trainer.dist.is_main:
+                trainer.log({"kind": "diag", **diag})
 
     @staticmethod
     def summarize(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, Any]:

@@ -99,8 +99,6 @@ class TrainConfig:
                  "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
         for name, allowed in (("distributed", DISTRIBUTED), ("compile", COMPILE), ("precision", PRECISIONS)):
             _require(getattr(self, name) in allowed, f"train.{name}", getattr(self, name), f"one of {list(allowed)}")
-        _require(self.distributed != "fsdp" or self.diag_every == 0, "train.diag_every", self.diag_every,
-                 "0 with train.distributed='fsdp' (diagnostics run a forward on rank 0 alone)")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ compiled block graph serves every block and every FSDP unit.
 - ``distributed="fsdp"``: `torch.distributed.fsdp.fully_shard` on every block, then the root
   (embedding, final norm, tied head). Gradients are reduce-scattered and averaged over ranks,
   exactly as DDP averages them, so the trainer's loss normalisation holds unchanged.
+  In-training diagnostics run collectively on the sharded model (`sigprop.train.Diagnostics`).
 - Checkpoints stay consolidated: `gather_state` collects full, unsharded state dicts on
   rank 0 (``torch.distributed.checkpoint.state_dict``, full_state_dict + cpu_offload) and the
   optimizer state is re-keyed from parameter names to the integer order a plain

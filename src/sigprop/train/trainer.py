@@ -101,7 +101,7 @@ class Trainer:
         return self.micro[0][1] - self.micro[0][0]
 
     def diag_batch(self) -> Batch:
-        """A fixed validation micro-batch for diagnostics, on the training device."""
+        """A fixed validation micro-batch for diagnostics, on the training device (the same on every rank)."""
         n = min(len(self.data.val), self._per_micro())
         idx = torch.arange(n)
         return self.data.val.batch(idx, generator(self.cfg.train.seed, DIAG_STREAM)).to(self.dist.device)
