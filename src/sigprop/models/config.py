@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..fields import POSITIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, invalid
+from ..fields import POSITIVE, POSITIVE_INT, SQUARABLE, SQUARABLE_POSITIVE, UNIT_CLOSED, Range, check_fields, invalid
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
@@ -23,7 +23,9 @@ MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50
 RANGES = {
     "vocab_size": Range(1, MAX_VOCAB, label=f"a positive integer <= {MAX_VOCAB}"),
     "dropout": Range(0.0, 1.0, hi_open=True),
-    "tau0": POSITIVE,
+    "tau0": SQUARABLE_POSITIVE,         # the model divides by τ₀ (logits) and the theory by τ₀²
+    "c_plus": SQUARABLE,                # the shaped ReLU normalises by s₊² + s₋², s± = 1 + c±/√n
+    "c_minus": SQUARABLE,
     "residual_lambda": UNIT_CLOSED,
     "residual_gamma": Range(0.0, 1.0, lo_open=True),
     "dslm_k": POSITIVE,
