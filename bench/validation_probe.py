@@ -135,9 +135,10 @@ def sim_probes() -> list[tuple[str, Callable[[], Any], str]]:
     V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
     base = dict(t=0.1, steps=4, paths=4, gamma=0.5)
     sde_bad = {"t": [INF, NAN, 0.0, -1.0, "1"], "steps": [0, 2.5, None], "paths": [0, -1],
-               "gamma": [NAN, 0.0, 1.5, INF], "tau0": [NAN, -INF, 0.0], "c_plus": [NAN, INF], "c_minus": [NAN, -INF],
-               "seed": [1.5, "0"],
-               "blowup": [NAN, 0.0, -1.0], "record_every": [0, 3], "method": ["euler"], "dtype": [torch.int64]}
+               "gamma": [NAN, 0.0, 1.5, INF], "tau0": [NAN, INF, -INF, 0.0, 1e-300, 1e300], "c_plus": [NAN, INF, 1e200],
+               "c_minus": [NAN, -INF], "seed": [1.5, "0"],
+               "blowup": [NAN, 0.0, -1.0], "record_every": [0, 3], "method": ["euler"],
+               "dtype": [torch.int64, torch.float16]}
     out = [(f"sde {k}={v!r}", lambda k=k, v=v: sde.simulate("transformer", V0, **{**base, k: v}), k)
            for k, vs in sde_bad.items() for v in vs]
     out += [("sde V0 not PSD", lambda: sde.simulate("resnet", -V0, **base), "V0"),

@@ -150,7 +150,8 @@ def test_diffusion_matches_one_layer_monte_carlo(mc):
         return
     # term by term: linear part γ²(2 − γ²)Σ_lin (+ 2γ²Σ_lin for the MLP), softmax part γ⁴/τ₀² 𝒜
     A = pairs(GAMMA**4 / TAU0**2 * sde.attention_A(V_TEST))
-    assert torch.allclose(full - A, pairs(sde.diffusion(kind, V_TEST, gamma=GAMMA, tau0=math.inf)))
+    lin = GAMMA**2 * (2 - GAMMA**2) + (2 * GAMMA**2 if kind == "transformer" else 0.0)
+    assert torch.allclose(full - A, pairs(lin * sde.sigma_lin(V_TEST)))
     assert z_cov(x["lin"], full - A).abs().max() < Z_MAX
     assert z_cov(x["odd"], A).abs().max() < Z_MAX
     assert z_cov(x["dV"], full - A).abs().max() > Z_MAX

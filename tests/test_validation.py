@@ -2,29 +2,44 @@
 refused with a ValueError naming its field; each generated valid one builds and runs finitely."""
 import dataclasses
 import math
+import sys
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import FAST_TRAIN, train_argv
 from sigprop import ModelConfig, build_model
+from sigprop.cli import main
+from sigprop.diagnostics.commands import DiagnoseConfig
 from sigprop.models.config import USED_ONLY_BY
+from sigprop.schemes import SCHEMES
 from sigprop.simulate import ensemble
 from sigprop.theory import sde
 from sigprop.train.config import DataConfig, OptimConfig, TrainConfig
+from sigprop.train.distributed import resolve_device
+from sigprop.train.tokenizer import BPETokenizer
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 WRONG_TYPE = st.sampled_from([None, "1", [1], {"a": 1}, b"x"])
 NOT_AN_INT = st.one_of(WRONG_TYPE, st.just(True), st.floats(allow_nan=False).filter(lambda x: x != int(x) if
                                                                                        math.isfinite(x) else True))
+# scales that enter squared (τ₀, c±) live in [2^-63, 2^63] (τ₀) and [-2^63, 2^63] (c±), fields.SQUARABLE*
+SQUARE_MAX = 2.0 ** 63
+TAU0_BAD = st.one_of(NON_FINITE, st.floats(max_value=1 / SQUARE_MAX, exclude_max=True, allow_nan=False),
+                     st.floats(min_value=SQUARE_MAX, exclude_min=True, allow_infinity=False))
+C_BAD = st.one_of(NON_FINITE, st.floats(min_value=SQUARE_MAX, exclude_min=True, allow_infinity=False),
+                  st.floats(max_value=-SQUARE_MAX, exclude_max=True, allow_infinity=False))
 
 # ModelConfig numeric fields: a strategy of values outside their allowed set
 MODEL_BAD_FLOATS = {
     "dropout": st.one_of(st.floats(max_value=0.0, exclude_max=True, allow_infinity=False, allow_nan=False),
                          st.floats(min_value=1.0, allow_infinity=False)),
-    "tau0": st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
+    "tau0": TAU0_BAD,
+    "c_plus": C_BAD,
+    "c_minus": C_BAD,
     "residual_gamma": st.one_of(st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
                                 st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
     "dslm_k": st.floats(max_value=0.0, allow_infinity=False, allow_nan=False),
@@ -219,9 +234,7 @@ def test_every_valid_optim_config_steps_finitely(lr, wd, b1, b2, eps, clip):
 V0 = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
 SDE_BAD = {"gamma": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
                               st.floats(min_value=1.0, exclude_min=True, allow_infinity=False)),
-           "tau0": st.one_of(st.sampled_from([math.nan, -math.inf]),   # +inf: the limit without the A term
-                             st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
-           "c_plus": NON_FINITE, "c_minus": NON_FINITE,
+           "tau0": TAU0_BAD, "c_plus": C_BAD, "c_minus": C_BAD,
            "t": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)),
            "steps": st.one_of(st.integers(max_value=0), NOT_AN_INT),
            "paths": st.one_of(st.integers(max_value=0), NOT_AN_INT),
@@ -252,7 +265,7 @@ def test_sde_simulate_keeps_its_contract_for_every_valid_argument(gamma, tau0, c
 
 
 ENSEMBLE_BAD = {"gamma": SDE_BAD["gamma"],
-                "tau0": st.one_of(NON_FINITE, st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)), "c_plus": NON_FINITE, "c_minus": NON_FINITE,
+                "tau0": TAU0_BAD, "c_plus": C_BAD, "c_minus": C_BAD,
                 "width": st.one_of(st.integers(max_value=0), NOT_AN_INT),
                 "depth": st.one_of(st.integers(max_value=-1), NOT_AN_INT),
                 "samples": st.one_of(st.integers(max_value=0), NOT_AN_INT), "seed": NOT_AN_INT}
@@ -285,3 +298,160 @@ def test_sde_functions_refuse_bad_matrices_and_propagate_nan():
     R, ok = sde.psd_root(V)
     assert ok.tolist() == [True, False]
     assert torch.allclose(R[0] @ R[0].mT, V0) and torch.isnan(R[1]).all()
+
+
+def test_sde_and_ensemble_take_their_scales_up_to_the_bounds_finitely():
+    for tau0, c in ((1 / SQUARE_MAX, SQUARE_MAX), (SQUARE_MAX, -SQUARE_MAX)):
+        for dtype in (torch.float32, torch.float64):
+            p = sde.simulate("transformer", V0, t=0.1, steps=2, paths=2, gamma=0.5, tau0=tau0, c_plus=c, dtype=dtype)
+            assert torch.isfinite(p.V).all()
+        covs = ensemble.simulate("shaped", V0, width=8, depth=2, samples=2, gamma=0.5, tau0=tau0, c_plus=c)
+        assert covs.shape == (2, 3, 2, 2)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(tau0=math.inf), "tau0"), (dict(tau0=1e-300), "tau0"), (dict(tau0=1e300), "tau0"),
+    (dict(c_plus=1e200), "c_plus"), (dict(c_minus=-1e200), "c_minus"),
+    (dict(dtype=torch.float16), "dtype"), (dict(dtype=torch.int64), "dtype"),
+    (dict(V0="x"), "V0"), (dict(V0=None), "V0"), (dict(V0=V0.to(torch.complex128)), "V0"),
+])
+def test_sde_simulate_refuses_scales_out_of_bounds_and_unusable_inputs(kw, name):
+    """τ₀ = inf, a τ₀ whose square vanishes or overflows, c± whose square overflows, a dtype torch.linalg cannot
+    compute in and a V0 that is not a real matrix: each a ValueError naming the argument, before any work."""
+    args = dict(V0=V0, t=0.1, steps=2, paths=2, gamma=0.5)
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        sde.simulate("transformer", **{**args, **kw})
+
+
+# --- the model config: fields that only some schemes use, scales that enter squared ---------------------
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_learn_residual_is_refused_by_the_schemes_that_fix_their_residual_weights(scheme):
+    """Only shaped, dslm and deepnorm have residual weights of their own to train (as `hf.apply`); the others'
+    are fixed by their rule (unit adds, depth multipliers (L₀/L)^α)."""
+    cfg = dict(scheme=scheme, d_model=16, n_heads=2, n_layers=1, max_seq_len=8, vocab_size=32, learn_residual=True)
+    if scheme in ("shaped", "dslm", "deepnorm"):
+        trained = [p for p in build_model(ModelConfig(**cfg)).parameters() if p.ndim == 0 and p.requires_grad]
+        assert trained                                  # λ, γ (α, β) of every residual add are parameters
+    else:
+        with pytest.raises(ValueError, match=rf"ModelConfig\.learn_residual=True is invalid: .*scheme {scheme!r}"
+                                             rf".*\('shaped', 'dslm', 'deepnorm'\)"):
+            ModelConfig(**cfg)
+
+
+def test_model_scales_at_the_bounds_build_forward_and_predict_without_a_traceback():
+    from sigprop.models.predict import predict
+
+    base = dict(scheme="shaped", d_model=16, n_heads=2, n_layers=1, max_seq_len=8, vocab_size=32)
+    for kw in (dict(tau0=1 / SQUARE_MAX), dict(tau0=SQUARE_MAX), dict(c_plus=SQUARE_MAX, c_minus=-SQUARE_MAX)):
+        cfg = ModelConfig(**base, **kw)
+        torch.manual_seed(0)
+        assert torch.isfinite(build_model(cfg)(torch.randint(0, 32, (2, 8)))).all()
+        try:
+            predict(cfg)
+        except NotImplementedError:                     # hard-max attention has no derived map: a clear refusal
+            pass
+
+
+# --- the diagnose config -------------------------------------------------------------------------------
+DIAGNOSE_BAD = {"seq_len": st.one_of(st.integers(max_value=1), NOT_AN_INT.filter(lambda v: v is not None)),
+                "batch": st.one_of(st.integers(max_value=0), NOT_AN_INT),
+                "seed": st.one_of(st.integers(max_value=-1), NOT_AN_INT),
+                "out": st.one_of(st.sampled_from(["", "  "]), st.integers(), st.just(None), st.just(["runs"])),
+                "token_collision": st.one_of(NON_FINITE, st.sampled_from(["0.5", [0.5], True]),
+                                             st.floats(max_value=0.0, exclude_max=True, allow_infinity=False),
+                                             st.floats(min_value=1.0, exclude_min=True, allow_infinity=False))}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(DIAGNOSE_BAD)).flatmap(lambda f: st.tuples(st.just(f), DIAGNOSE_BAD[f])))
+def test_diagnose_config_refuses_every_invalid_value_naming_the_field(case):
+    """The shared field checker's wording: ``diagnose.FIELD=VALUE is invalid`` / ``has the wrong type``."""
+    field, value = case
+    with pytest.raises(ValueError, match=rf"^diagnose\.{field}=.* (is invalid|has the wrong type)"):
+        DiagnoseConfig(**{field: value})
+
+
+def test_a_diagnose_batch_that_cannot_fit_in_memory_is_refused_with_its_estimate():
+    from sigprop.diagnostics.commands import measure_bytes, physical_memory
+
+    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, max_seq_len=8, vocab_size=32)
+    small, huge = DiagnoseConfig(batch=2), DiagnoseConfig(batch=10 ** 11)
+    # float64 (B, T, d) of the embedding and 2 sublayers, with their gradients, the logits and the token ids
+    assert measure_bytes(cfg, small) == 8 * (2 * 3 * 2 * 8 * 16 + 2 * 8 * 32 + 2 * 8)
+    assert measure_bytes(cfg, huge) == measure_bytes(cfg, small) * 10 ** 11 // 2
+    assert measure_bytes(cfg, huge) > (physical_memory() or 0)
+
+
+# --- the CLI: user errors exit 2 with one line ---------------------------------------------------------
+def _cli_error(capsys, argv: list[str], *needles: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+TOY_MODEL = "[model]\nd_model = 16\nn_heads = 2\nn_layers = 1\nmax_seq_len = 8\nvocab_size = 32\n"
+
+
+@pytest.mark.parametrize("tables, needles", [
+    ("[diagnose]\nout = 3\n", ["diagnose.out=3", "expected str"]),
+    ('[diagnose]\ntoken_collision = "0.5"\n', ["diagnose.token_collision='0.5'", "expected float"]),
+    ("[diagnose]\nbatch = 100000000000\n", ["diagnose.batch=100000000000", "fit in memory", "needs at least",
+                                             "TiB", "this machine has"]),
+    ("scheme = 'shaped'\ntau0 = 1e-300\n", ["ModelConfig.tau0=1e-300", "[2^-63, 2^63]"]),
+    ("scheme = 'shaped'\nc_plus = 1e200\n", ["ModelConfig.c_plus=1e+200", "[-2^63, 2^63]"]),
+])
+@pytest.mark.parametrize("command", ["predict", "diagnose"])
+def test_predict_and_diagnose_refuse_bad_diagnose_tables_and_scales(tmp_path, capsys, command, tables, needles):
+    """Both read the same file, so both refuse it the same way, before writing anything."""
+    path = tmp_path / "m.toml"
+    path.write_text(TOY_MODEL + tables)
+    _cli_error(capsys, [command, "--config", str(path), "--out", str(tmp_path / "out")], *needles)
+    assert not (tmp_path / "out").exists()
+
+
+def _train(tmp_path, *sets: str) -> list[str]:
+    return ["train", *train_argv("tiny_decoder", *FAST_TRAIN, f"train.out_dir={tmp_path / 'run'}", *sets)]
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This machine as one without CUDA, wherever the test runs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.mark.parametrize("device, needles", [
+    ("cuda", ["train.device='cuda'", "a device this machine has", "['cpu']"]),
+    ("cuda:1", ["train.device='cuda:1'", "['cpu']"]),
+    ("cudafoo", ["train.device='cudafoo'", "'cuda:N'", "this machine has ['cpu']"]),
+])
+def test_train_refuses_a_device_this_machine_lacks(tmp_path, capsys, no_cuda, device, needles):
+    _cli_error(capsys, _train(tmp_path, f"train.device={device}"), *needles)
+
+
+def test_a_device_name_is_checked_in_the_config_and_its_presence_where_the_run_starts(no_cuda):
+    assert TrainConfig(device="cuda:3").device == "cuda:3"      # a config may be written for another machine
+    with pytest.raises(ValueError, match=r"train\.device='gpu' is invalid: .*'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        TrainConfig(device="gpu")
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"train\.device='cuda:3' is invalid: .*\['cpu'\]"):
+        resolve_device("cuda:3")
+
+
+def test_train_refuses_a_missing_or_unreadable_tokenizer(tmp_path, capsys):
+    _cli_error(capsys, _train(tmp_path, f"data.tokenizer={tmp_path / 'none.json'}"),
+               f"data.tokenizer='{tmp_path / 'none.json'}' is invalid", "no such file")
+    (tmp_path / "bad.json").write_text("not json")
+    _cli_error(capsys, _train(tmp_path, f"data.tokenizer={tmp_path / 'bad.json'}"),
+               f"data.tokenizer='{tmp_path / 'bad.json'}' is invalid", "tokenizers can read")
+    with pytest.raises(ValueError, match=r"^data\.tokenizer='.*bad\.json' is invalid"):
+        BPETokenizer.load(tmp_path / "bad.json")
+
+
+def test_an_hf_source_without_datasets_names_the_package_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)         # `import datasets` fails, as where it is absent
+    _cli_error(capsys, _train(tmp_path, f"data.source=hf:{tmp_path}"),
+               f"data.source='hf:{tmp_path}' needs the 'datasets' package", "pip install datasets")

@@ -126,8 +126,9 @@ EXIT_INVALID = 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. A user error (a bad value, a missing or unreadable file, an unwritable output)
-    exits 2 with one line on stderr; a traceback means a bug in sigprop."""
+    """Run one subcommand. A user error (a bad value, a missing or unreadable file, an unwritable output, a
+    missing optional package) exits 2 with one line on stderr; a traceback means a bug in sigprop."""
+    from .extras import MissingExtraError
     from .train.checkpoint import CheckpointError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             return getattr(importlib.import_module(module), function)(argv[1:])
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (ValueError, OSError, CheckpointError) as e:
+    except (ValueError, OSError, CheckpointError, MissingExtraError) as e:
         print(f"sigprop {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_INVALID
 

@@ -52,6 +52,12 @@ POSITIVE = Range(0.0, lo_open=True)          # > 0
 NONNEGATIVE = Range(0.0)                     # >= 0
 UNIT_OPEN = Range(0.0, 1.0, True, True)      # (0, 1)
 UNIT_CLOSED = Range(0.0, 1.0)                # [0, 1]
+# A scale that enters squared (a temperature τ₀ in 1/τ₀², a slope offset c in c²): |x| ≤ 2^63 keeps x² ≤ 2^126
+# and |x| ≥ 2^-63 keeps x² ≥ 2^-126, inside the normal range of float32 (the dtype models train in) and so of
+# float64; outside it the square overflows or vanishes (a division by zero in the theory, NaN in a forward).
+SQUARABLE_POSITIVE = Range(2.0 ** -63, 2.0 ** 63, label="in [2^-63, 2^63] = [1.08e-19, 9.22e18] (its square a "
+                           "normal float32)")
+SQUARABLE = Range(-2.0 ** 63, 2.0 ** 63, label="in [-2^63, 2^63] = [-9.22e18, 9.22e18] (its square a finite float32)")
 
 
 def invalid(name: str, value: Any, allowed: Any) -> str:

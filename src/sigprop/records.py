@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .extras import require
+
 
 @dataclass(frozen=True)
 class Record:
@@ -61,11 +63,7 @@ def to_csv(records: Iterable[Record], path: str | Path | None = None) -> str:
 
 def to_dataframe(records: Iterable[Record]):
     """A pandas DataFrame (needs the optional ``pandas`` package)."""
-    try:
-        import pandas as pd
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("to_dataframe needs pandas: pip install pandas") from e
-    return pd.DataFrame(to_rows(records), columns=FIELDS)
+    return require("pandas", "to_dataframe", "pip install pandas").DataFrame(to_rows(records), columns=FIELDS)
 
 
 def format_table(records: Iterable[Record], fields: tuple[str, ...] = ("stack", "layer", "sublayer", "fwd_var",

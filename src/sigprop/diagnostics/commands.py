@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from typing import Any, Sequence
 
 import torch
 
+from ..fields import NONNEGATIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, check_value, invalid
 from ..models import ModelConfig, build_model
 from ..records import Record, format_table, to_csv, to_json
+from ..schemes.base import stack_layers, sublayers_per_block
 from .measure import measure
 from .plot import plot_records
 
@@ -36,19 +39,15 @@ class DiagnoseConfig:
     token_collision: float | None = None  # P(two positions hold the same token) for predict; None → 1/vocab
 
     def __post_init__(self) -> None:
-        for name in ("batch", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "batch" else 0):
-                raise ValueError(f"diagnose.{name} must be an integer >= {1 if name == 'batch' else 0}, got {v!r}")
-        if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int)
-                                         or self.seq_len < 2):
-            raise ValueError(f"diagnose.seq_len must be an integer >= 2, got {self.seq_len!r}")
-        if self.token_collision is not None and not 0 <= self.token_collision <= 1:
-            raise ValueError(f"diagnose.token_collision must be in [0, 1], got {self.token_collision!r}")
+        check_fields(self, "diagnose.", {"seq_len": Range(2), "batch": POSITIVE_INT, "seed": NONNEGATIVE,
+                                         "token_collision": UNIT_CLOSED})
+        if not self.out.strip():
+            raise ValueError(invalid("diagnose.out", self.out, "a folder path (not empty)"))
 
 
 def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
-    """Parse the TOML file; unknown tables or keys are errors naming the valid ones."""
+    """Parse the TOML file; unknown tables or keys are errors naming the valid ones, and so is a
+    ``diagnose.batch`` whose measurement cannot fit in this machine's memory (`measure_bytes`)."""
     with open(path, "rb") as f:
         try:
             raw = tomllib.load(f)
@@ -57,17 +56,52 @@ def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
     unknown = sorted(set(raw) - {"model", "diagnose"})
     if unknown:
         raise ValueError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")
-    known = {f.name for f in dataclasses.fields(DiagnoseConfig)}
-    extra = sorted(set(raw.get("diagnose", {})) - known)
-    if extra:
-        raise ValueError(f"unknown diagnose key(s) {extra}; valid: {sorted(known)}")
     if not isinstance(raw.get("model"), dict):
         raise ValueError(f"{path} has no [model] table (the ModelConfig fields of the model)")
     model = ModelConfig.from_dict(raw["model"])
-    diag = DiagnoseConfig(**raw.get("diagnose", {}))
+    diag = check_value(raw.get("diagnose", {}), DiagnoseConfig, "diagnose")
     if diag.seq_len is not None and diag.seq_len > model.max_seq_len and model.arch != "vit":
         raise ValueError(f"diagnose.seq_len ({diag.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
+    _check_memory(model, diag)
     return model, diag
+
+
+def measure_bytes(cfg: ModelConfig, diag: DiagnoseConfig) -> int:
+    """A lower bound on the memory ``sigprop diagnose`` needs: the float64 tensors alive together when its
+    backward pass ends, i.e. every recorded output (the embedding and each sublayer, (B, T, d_model)) and its
+    gradient, the model output ((B, T, vocab_size) logits, (B, n_classes) for vit) and the inputs."""
+    b = diag.batch
+    t = cfg.n_tokens if cfg.arch == "vit" else diag.seq_len or cfg.max_seq_len
+    stacks = ("enc", "dec") if cfg.arch == "encdec" else ("enc",)
+    recorded = 1 + sum(stack_layers(cfg, s) * sublayers_per_block(cfg, s) for s in stacks)
+    output = b * (cfg.n_classes if cfg.arch == "vit" else t * cfg.vocab_size)
+    inputs = b * cfg.in_channels * cfg.image_size ** 2 if cfg.arch == "vit" else b * t * len(stacks)
+    return 8 * (2 * recorded * b * t * cfg.d_model + output + inputs)
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            break
+        n /= 1024
+    return f"{n:.3g} {unit}"
+
+
+def _check_memory(cfg: ModelConfig, diag: DiagnoseConfig) -> None:
+    need, have = measure_bytes(cfg, diag), physical_memory()
+    if have is not None and need > have:
+        raise ValueError(invalid("diagnose.batch", diag.batch,
+                                 f"small enough to fit in memory: measuring it needs at least {_size(need)} "
+                                 f"(float64 outputs of every sublayer and their gradients, the model output and the "
+                                 f"inputs) and this machine has {_size(have)}"))
 
 
 def random_batch(cfg: ModelConfig, diag: DiagnoseConfig) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..extras import require
 from ..records import Record
 
 PANELS = (("fwd_var", "forward variance", True), ("grad_var", "gradient variance", True),
@@ -11,13 +12,8 @@ PANELS = (("fwd_var", "forward variance", True), ("grad_var", "gradient variance
 
 
 def _pyplot():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("plotting needs matplotlib: pip install 'sigprop[plot]'") from e
-    return plt
+    require("matplotlib", "plotting", "pip install 'sigprop[plot]'").use("Agg")
+    return require("matplotlib.pyplot", "plotting", "pip install 'sigprop[plot]'")
 
 
 def plot_records(curves: Mapping[str, Iterable[Record]], path: str | Path, title: str = "",

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..fields import POSITIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, invalid
+from ..fields import POSITIVE, POSITIVE_INT, SQUARABLE, SQUARABLE_POSITIVE, UNIT_CLOSED, Range, check_fields, invalid
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
@@ -23,12 +23,18 @@ MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50
 RANGES = {
     "vocab_size": Range(1, MAX_VOCAB, label=f"a positive integer <= {MAX_VOCAB}"),
     "dropout": Range(0.0, 1.0, hi_open=True),
-    "tau0": POSITIVE,
+    "tau0": SQUARABLE_POSITIVE,         # the model divides by τ₀ (logits) and the theory by τ₀²
+    "c_plus": SQUARABLE,                # the shaped ReLU normalises by s₊² + s₋², s± = 1 + c±/√n
+    "c_minus": SQUARABLE,
     "residual_lambda": UNIT_CLOSED,
     "residual_gamma": Range(0.0, 1.0, lo_open=True),
     "dslm_k": POSITIVE,
     "dslm_r0": UNIT_CLOSED,
 }
+
+
+# schemes whose residual weights (λ, γ / α, β) are their own rule, which learn_residual may train
+LEARNABLE_RESIDUAL = tuple(name for name, scheme in SCHEMES.items() if scheme.learnable_residual)
 
 
 def _shaped_attention(cfg: ModelConfig) -> bool:
@@ -85,7 +91,7 @@ class ModelConfig:
     n_dec_layers: int | None = None   # encdec decoder blocks; None → n_layers (stays None for other archs)
     residual_lambda: float | None = None  # shaped/dslm: λ in x ← λx + γf(x); None → √(1 − γ²)
     residual_gamma: float | None = None   # shaped/dslm: γ (β); None → scheme default
-    learn_residual: bool = False      # train λ, γ (fixed values must satisfy λ² + γ² = 1)
+    learn_residual: bool = False      # train λ, γ (schemes shaped, dslm, deepnorm; fixed values need λ² + γ² = 1)
     tau0: float = 1.0                 # shaped attention temperature τ = τ₀√(n·n_k), > 0
     qk_scaling: str = "temperature"   # shaped: where the 1/√n of τ lives: temperature | init (W_Q, W_K ~ N(0, n^-3/2))
     shaping: str = "fixed"            # fixed | recover (scheduled by the trainer) | learn
@@ -143,6 +149,10 @@ class ModelConfig:
                              f"leave it at its default {defaults[name]!r}")
 
     def _check_residual(self) -> None:
+        if self.learn_residual and not get_scheme(self.scheme).learnable_residual:
+            raise ValueError(invalid("ModelConfig.learn_residual", True,
+                                     f"False for scheme {self.scheme!r}, whose residual weights are fixed by its rule; "
+                                     f"the schemes that train theirs: {LEARNABLE_RESIDUAL}"))
         lam, gam = self.residual_lambda, self.residual_gamma
         if lam is not None and gam is None:
             raise ValueError("ModelConfig.residual_lambda needs residual_gamma (λ alone is ambiguous)")

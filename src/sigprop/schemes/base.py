@@ -81,6 +81,8 @@ class Scheme:
     name: ClassVar[str]
     norms: ClassVar[tuple[str, ...]]      # allowed ModelConfig.norm values, the first is the default
     attention: ClassVar[str] = "softmax"  # "softmax" | "shaped"
+    learnable_residual: ClassVar[bool] = False  # its residual weights may be trained (ModelConfig.learn_residual);
+    #                                             False where they are fixed by the rule (unit adds, (L₀/L)^α)
 
     def check(self, cfg: Any) -> None:
         """Raise ValueError for config fields this scheme cannot honour."""

@@ -28,6 +28,7 @@ def deepnorm_constants(arch: str, stack: str, n_enc: int, n_dec: int) -> tuple[f
 class DeepNorm(Scheme):
     name = "deepnorm"
     norms = ("postln",)
+    learnable_residual = True
 
     def _constants(self, cfg: Any, stack: str) -> tuple[float, float]:
         return deepnorm_constants(cfg.arch, stack, stack_layers(cfg, "enc"), stack_layers(cfg, "dec"))

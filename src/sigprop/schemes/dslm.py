@@ -119,6 +119,7 @@ def vo_std(cfg: Any, gain: float) -> float:
 class DSLM(Scheme):
     name = "dslm"
     norms = ("preln", "postln")
+    learnable_residual = True
 
     def check(self, cfg: Any) -> None:
         if cfg.dslm_k <= 0:

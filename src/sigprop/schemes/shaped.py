@@ -29,6 +29,7 @@ class Shaped(Scheme):
     name = "shaped"
     norms = ("none",)
     attention = "shaped"
+    learnable_residual = True
 
     def check(self, cfg: Any) -> None:
         if cfg.activation not in ("relu", "shaped_relu"):

@@ -26,7 +26,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn.functional as F
 
-from ..fields import NONNEGATIVE, POSITIVE, Range, check_fields
+from ..fields import NONNEGATIVE, SQUARABLE, SQUARABLE_POSITIVE, Range, check_fields
 from ..theory.kernels import shaped_relu_slopes
 
 Tensor = torch.Tensor
@@ -62,8 +62,8 @@ class BlockParams:
     n_k: int = 0
 
     def __post_init__(self) -> None:
-        check_fields(self, "", {"width": Range(1), "gamma": Range(0.0, 1.0, lo_open=True), "tau0": POSITIVE,
-                                "n_k": NONNEGATIVE})
+        check_fields(self, "", {"width": Range(1), "gamma": Range(0.0, 1.0, lo_open=True), "tau0": SQUARABLE_POSITIVE,
+                                "c_plus": SQUARABLE, "c_minus": SQUARABLE, "n_k": NONNEGATIVE})
 
     @property
     def keys(self) -> int:

@@ -31,23 +31,22 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import Range, check_value, invalid
+from ..fields import SQUARABLE, SQUARABLE_POSITIVE, Range, check_value, invalid
 
 Tensor = torch.Tensor
 KINDS = ("resnet", "attention", "transformer")
 METHODS = ("structured", "naive")
+DTYPES = (torch.float32, torch.float64)   # the dtypes torch.linalg (Cholesky, eigh) computes in
 
 
 def check_params(gamma: float, tau0: float, c_plus: float = 0.0, c_minus: float = -1.0) -> None:
-    """Raise ValueError unless gamma ∈ (0, 1], tau0 ∈ (0, ∞] (∞: the limit without the τ₀⁻² terms) and c± are
-    finite real numbers."""
-    for name, value, allowed in (("gamma", gamma, Range(0.0, 1.0, lo_open=True)), ("c_plus", c_plus, None),
-                                 ("c_minus", c_minus, None)):
-        value = check_value(value, float, name)
-        if allowed is not None and value not in allowed:
+    """Raise ValueError naming the argument unless gamma ∈ (0, 1], tau0 ∈ [2^-63, 2^63] and c± ∈ [-2^63, 2^63]
+    (`fields.SQUARABLE_POSITIVE`, `fields.SQUARABLE`: the coefficients γ²/τ₀², γ⁴/(τ₀m)² and (c₊ − c₋)² stay finite
+    and τ₀² non-zero), each a finite real number."""
+    for name, value, allowed in (("gamma", gamma, Range(0.0, 1.0, lo_open=True)), ("tau0", tau0, SQUARABLE_POSITIVE),
+                                 ("c_plus", c_plus, SQUARABLE), ("c_minus", c_minus, SQUARABLE)):
+        if check_value(value, float, name) not in allowed:
             raise ValueError(invalid(name, value, allowed))
-    if not (tau0 == math.inf or check_value(tau0, float, "tau0") > 0):
-        raise ValueError(invalid("tau0", tau0, "> 0 (or inf)"))
 
 
 def check_covariance(V: Tensor, name: str = "V0") -> None:
@@ -277,9 +276,16 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
         raise ValueError(invalid("t", t, "a finite number > 0"))
     if not (isinstance(blowup, (int, float)) and not isinstance(blowup, bool) and blowup > 0):
         raise ValueError(invalid("blowup", blowup, "> 0 (inf: never stop a path for its size)"))
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    V0 = torch.as_tensor(V0, dtype=dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    try:
+        V0 = torch.as_tensor(V0)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"V0 must be a real (m, m) matrix (a tensor or nested lists of numbers), "
+                         f"got {type(V0).__name__}") from e
+    if V0.is_complex():
+        raise ValueError(f"V0 must be a real (m, m) matrix, got a {V0.dtype} tensor")
+    V0 = V0.to(dtype)
     if V0.ndim != 2:
         raise ValueError(f"V0 must have shape (m, m), got {tuple(V0.shape)}")
     check_covariance(V0)

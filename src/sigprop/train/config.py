@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping
 
 from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping, invalid
 from ..models import ModelConfig
+from .distributed import check_device_name
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
 DISTRIBUTED, COMPILE, PRECISIONS = ("ddp", "fsdp"), ("off", "blocks", "model"), ("fp32", "bf16")
@@ -95,8 +96,7 @@ class TrainConfig:
         for name in ("resume_from", "fresh_if_none"):
             _require(self.resume or not getattr(self, name), f"train.{name}", getattr(self, name),
                      "left at its default unless train.resume=true (it only chooses where a resume starts)")
-        _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
-                 "train.device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        check_device_name(self.device)        # whether this machine has it is checked where the run starts
         for name, allowed in (("distributed", DISTRIBUTED), ("compile", COMPILE), ("precision", PRECISIONS)):
             _require(getattr(self, name) in allowed, f"train.{name}", getattr(self, name), f"one of {list(allowed)}")
 

@@ -13,6 +13,8 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..extras import require
+
 SOURCES_HELP = "'pydoc', 'stdlib', 'hf:DIR' (datasets.save_to_disk), a text file or a folder"
 
 
@@ -29,10 +31,7 @@ def _stdlib() -> Iterator[str]:
 
 
 def _hf(path: str, text_column: str) -> list[str]:
-    try:
-        import datasets
-    except ImportError as e:
-        raise ImportError("the 'hf:' data source needs the datasets package: pip install datasets") from e
+    datasets = require("datasets", f"data.source='hf:{path}'", "pip install datasets")
     ds = datasets.load_from_disk(path)
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:

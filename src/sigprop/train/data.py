@@ -35,7 +35,7 @@ def get_tokenizer(cfg: RunConfig, train_docs: list[str], run_dir: Path) -> BPETo
     on the train split. Raises if it has more tokens than ``model.vocab_size``."""
     saved = run_dir / "tokenizer.json"
     if cfg.train.resume and saved.exists():
-        tok = BPETokenizer.load(saved)
+        tok = BPETokenizer.load(saved, field="tokenizer")
     elif cfg.data.tokenizer:
         tok = BPETokenizer.load(cfg.data.tokenizer)
     else:

@@ -6,11 +6,14 @@ so the trainer has one code path for one and many processes.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ..fields import invalid
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,32 @@ class DistInfo:
         return self.world_size > 1
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """'auto' -> CUDA if available else CPU; 'cuda' -> this process's local GPU."""
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")   # the forms train.device takes
+
+
+def machine_devices() -> list[str]:
+    """The devices of this machine as ``train.device`` names them: "cpu", then "cuda:0" … "cuda:N-1"."""
+    return ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+
+
+def check_device_name(name: str, field: str = "train.device") -> None:
+    """Raise ValueError naming ``field`` unless ``name`` is "auto", "cpu", "cuda" or "cuda:N"."""
+    if not DEVICE_NAME.fullmatch(name):
+        raise ValueError(invalid(field, name,
+                                 f"'auto', 'cpu', 'cuda' or 'cuda:N'; this machine has {machine_devices()}"))
+
+
+def resolve_device(name: str, local_rank: int = 0, field: str = "train.device") -> torch.device:
+    """'auto' -> CUDA if available else CPU; 'cuda' -> this process's local GPU. ValueError naming ``field``
+    (and the devices this machine has) for a malformed name or a device this machine lacks."""
+    check_device_name(name, field)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
+    device = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
+    if device.type == "cuda" and device.index >= torch.cuda.device_count():
+        rank = f" (cuda here means cuda:{local_rank}, this process's local rank)" if name == "cuda" else ""
+        raise ValueError(invalid(field, name, f"a device this machine has, one of {machine_devices()}{rank}"))
+    return device
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..extras import require
 from .objectives import Batch
 
 
@@ -22,12 +23,9 @@ class Digits:
 def load_digits_split(val_fraction: float, seed: int) -> tuple[Digits, Digits]:
     """Train/validation sets: pixels scaled to [0, 1] then standardised with the train mean/std;
     the split is a seeded permutation of the examples."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as e:
-        raise ImportError("data.source='digits' needs scikit-learn: pip install 'sigprop[train]' "
-                          "(or pip install scikit-learn)") from e
-    d = load_digits()
+    sklearn_datasets = require("sklearn.datasets", "data.source='digits'",
+                               "pip install 'sigprop[train]' (or pip install scikit-learn)")
+    d = sklearn_datasets.load_digits()
     x = torch.tensor(d.images, dtype=torch.float32)[:, None] / 16.0       # (N, 1, 8, 8)
     y = torch.tensor(d.target, dtype=torch.long)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from ..extras import require
 from .callbacks import Callback
 
 if TYPE_CHECKING:
@@ -43,12 +44,8 @@ class TensorBoardLogger(Callback):
     """Scalars of every record under ``kind/key`` (needs the tensorboard extra)."""
 
     def __init__(self, log_dir: Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise ImportError("train.tensorboard=true needs TensorBoard: "
-                              "pip install 'sigprop[tensorboard]'") from e
-        self.writer = SummaryWriter(str(log_dir))
+        tensorboard = require("torch.utils.tensorboard", "train.tensorboard=true", "pip install 'sigprop[tensorboard]'")
+        self.writer = tensorboard.SummaryWriter(str(log_dir))
 
     def on_log(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         for key, value in record.items():

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ..fields import invalid
+
 SPECIALS = ("<pad>", "<eos>", "<mask>", "<bos>")
 
 
@@ -39,9 +41,19 @@ class BPETokenizer:
         return cls(tok)
 
     @classmethod
-    def load(cls, path: str | Path) -> "BPETokenizer":
-        """Read a tokenizer.json written by `save`."""
-        return cls(Tokenizer.from_file(str(path)))
+    def load(cls, path: str | Path, field: str = "data.tokenizer") -> "BPETokenizer":
+        """Read a tokenizer.json written by `save`; ValueError naming ``field`` if ``path`` is not a file that
+        ``tokenizers`` can read."""
+        if not Path(path).is_file():
+            raise ValueError(invalid(field, str(path), "an existing tokenizer.json file (no such file)"))
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for unreadable or non-JSON files
+            raise ValueError(invalid(field, str(path), f"a tokenizer.json file that tokenizers can read ({e})")) from e
+        try:
+            return cls(tok)
+        except ValueError as e:
+            raise ValueError(f"{field}={str(path)!r}: {e}") from e
 
     def save(self, path: str | Path) -> None:
         """Write tokenizer.json."""
