@@ -12,9 +12,10 @@
    around where its optimum lies) on a tuning seed (not the demo's seed), extends it past an edge that holds
    the optimum (`sigprop.experiments.tuning`) and stores the choice with the command that reproduces it
    (``training/lr_choice.json``); shaped and DSLM keep `FIXED_LR`, so the comparison is, if anything,
-   tilted toward the baselines. The training runs share the cores as independent worker processes
-   (`sigprop.train.sweep.worker_pool`): the tunings and the untuned models first, each tuned model as soon as
-   its lr is chosen.
+   tilted toward the baselines.
+
+The parts run as independent tasks on two worker processes with one torch thread each
+(`sigprop.train.sweep.worker_pool`, `run_parts`), so the two cores stay busy from start to end.
 
 Writes into ``out_dir``: ``report.html`` (self-contained: plots embedded), ``demo.json`` (every summary and
 curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table. Each part is
@@ -53,9 +54,9 @@ TRAIN_MODELS = {
 }
 TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `tune_baseline` picks
 FIXED_LR = 1e-3                                  # the other models' lr
-LR_GRID = {"full": {"Pre-LN": (3e-3, 1e-2, 3e-2), "GPT-2 style (Pre-LN)": (1e-3, 3e-3, 1e-2)},
+LR_GRID = {"full": {"Pre-LN": (3e-3, 1e-2, 3e-2), "GPT-2 style (Pre-LN)": (3e-4, 1e-3, 3e-3)},
            "quick": {"Pre-LN": (1e-3, 1e-2), "GPT-2 style (Pre-LN)": (1e-3, 1e-2)}}
-FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 300, "batch": 16}
+FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16}
 JOBS = 2                                         # worker processes for the training runs (2 cores)
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
 
@@ -104,6 +105,7 @@ def tune_baseline(out_dir: str | Path, label: str, quick: bool = False) -> dict[
     size = QUICK if quick else FULL
     grid, max_extend = (LR_GRID["quick"][label], 0) if quick else (LR_GRID["full"][label], 2)
     t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
+    t["train"]["eval_every"] = 0                       # the choice reads the final validation loss only
     return numbers(tune(Path(out_dir) / "sweeps" / _slug(label), t, grid, TUNING_SEED, [], max_extend=max_extend))
 
 
@@ -134,32 +136,43 @@ def train_model(out_dir: str | Path, label: str, depth: int, width: int, steps: 
     return {**r, "lr": lr}
 
 
-def train_comparison(out_dir: str | Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
-                     show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Tune the `TUNED` baselines (`tune_baseline`) and train every model of `TRAIN_MODELS` with the same data,
-    steps and batch — the untuned ones at `FIXED_LR`, each baseline at its chosen lr as soon as it is known —
-    on ``jobs`` worker processes; returns ({label: `train_model` record}, the lr choice)."""
+def _rank_collapse(out: Path, quick: bool) -> dict[str, Any]:
+    return shaped_figs.fig1(out / "rank_collapse", quick=quick, show_progress=False)
+
+
+def _moments(out: Path, size: dict[str, Any], quick: bool) -> dict[str, Any]:
+    return dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
+                            quick=quick, show_progress=False)
+
+
+def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
+              show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`),
+    longest first: the baselines' lr tunings (`tune_baseline`), the two measurements at init, the untuned models
+    at `FIXED_LR`, and each baseline at its chosen lr as soon as it is known (`train_model`, same data, steps and
+    batch for every model). Returns (rank collapse, moments, {label: run}, the lr choice)."""
     shape = (size["depth"], size["width"], size["steps"], size["batch"])
-    tuned: dict[str, Any] = {}
-    runs: dict[str, Any] = {}
-    with worker_pool(jobs) as pool, tqdm(total=len(TUNED) + len(TRAIN_MODELS), desc="demo: lr grids and training",
-                                         disable=not show_progress) as bar:
-        pending = {pool.submit(tune_baseline, out_dir, label, quick): ("tune", label) for label in TUNED}
-        pending |= {pool.submit(train_model, out_dir, label, *shape, FIXED_LR, seed): ("train", label)
+    training = out / "training"
+    results: dict[tuple[str, str], Any] = {}
+    with worker_pool(jobs) as pool, tqdm(total=2 * len(TUNED) + len(TRAIN_MODELS) - len(TUNED) + 2,
+                                         desc="demo", disable=not show_progress) as bar:
+        pending = {pool.submit(tune_baseline, training, label, quick): ("tune", label) for label in TUNED}
+        pending[pool.submit(_moments, out, size, quick)] = ("moments", "")
+        pending[pool.submit(_rank_collapse, out, quick)] = ("rank", "")
+        pending |= {pool.submit(train_model, training, label, *shape, FIXED_LR, seed): ("train", label)
                     for label in TRAIN_MODELS if label not in TUNED}
         while pending:
             done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             for future in done:
-                kind, label = pending.pop(future)
+                key = pending.pop(future)
+                results[key] = future.result()
                 bar.update()
-                if kind == "train":
-                    runs[label] = future.result()
-                    continue
-                tuned[label] = future.result()
-                lr = tuned[label]["best_lr"] if tuned[label]["best_lr"] is not None else FIXED_LR
-                pending[pool.submit(train_model, out_dir, label, *shape, lr, seed)] = ("train", label)
-    choice = _write_choice(out_dir, tuned, quick)
-    return {label: runs[label] for label in TRAIN_MODELS}, choice
+                if key[0] == "tune":
+                    lr = results[key]["best_lr"] if results[key]["best_lr"] is not None else FIXED_LR
+                    pending[pool.submit(train_model, training, key[1], *shape, lr, seed)] = ("train", key[1])
+    choice = _write_choice(training, {label: results["tune", label] for label in TUNED}, quick)
+    runs = {label: results["train", label] for label in TRAIN_MODELS}
+    return results["rank", ""], results["moments", ""], runs, choice
 
 
 def training_table(runs: dict[str, Any], choice: dict[str, Any]) -> Table:
@@ -240,12 +253,8 @@ def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, s
     """Run the three parts into ``out_dir`` and write the report; returns {"table", "meta"}."""
     size = QUICK if quick else FULL
     out, start = Path(out_dir), time.time()
-    # the training runs first: their workers fork before this process has run any torch computation
-    runs, choice = train_comparison(out / "training", size, quick, seed, jobs=1 if quick else JOBS,
-                                    show_progress=show_progress)
-    rank = shaped_figs.fig1(out / "rank_collapse", quick=quick, show_progress=show_progress)
-    moments = dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
-                               quick=quick, show_progress=show_progress)
+    rank, moments, runs, choice = run_parts(out, size, quick, seed, jobs=1 if quick else JOBS,
+                                            show_progress=show_progress)
     write_outputs(out / "training", "training",
                   {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
                   {**{k: {f: r[f] for f in ("lr", "final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
