@@ -2,10 +2,7 @@
 consolidated checkpoint, and that checkpoint loads in a single process; in-training diagnostics
 measured collectively equal the single-process measurement and leave training unchanged."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +16,9 @@ from sigprop.train.run import seed_everything
 from sigprop.train.sampler import generator
 from sigprop.train.trainer import DIAG_STREAM
 
-from conftest import CONFIGS, FAST_TRAIN, train_argv
-from test_train_ddp import curve, free_port
+from conftest import CONFIGS, FAST_TRAIN
+from test_train_ddp import curve
+from test_train_ddp import torchrun as run_ranks
 
 TIMEOUT_S = 300
 SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
@@ -28,20 +26,7 @@ SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup
 
 
 def torchrun(tmp_path: Path, sets: list[str]) -> None:
-    script = tmp_path / "entry.py"
-    script.write_text("import sys\nfrom sigprop.train import train_main\nsys.exit(train_main(sys.argv[1:]))\n")
-    argv = train_argv("tiny_decoder", *sets)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), *argv]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:   # e.g. a collective one rank never enters
-        proc.terminate()                # torchrun then stops its ranks; killing it would leave them running
-        _, err = proc.communicate()
-        pytest.fail(f"torchrun timed out after {TIMEOUT_S} s: {err[-3000:]}")
-    assert proc.returncode == 0, err[-3000:]
+    run_ranks(tmp_path, "tiny_decoder", sets, TIMEOUT_S)
 
 
 def weights(run: Path, checkpoint: Path | None = None) -> dict[str, torch.Tensor]:
