@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -15,10 +16,34 @@ ARCHITECTURES: dict[str, type[nn.Module]] = {
 }
 
 
+# torch's default initializers, which module constructors call; on the meta device there is nothing to draw
+_TORCH_INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
+                "trunc_normal_", "zeros_", "ones_", "constant_")
+
+
+@contextlib.contextmanager
+def _on_meta() -> Iterator[None]:
+    """Construct modules on the meta device, with torch's default initializers skipped (they are replaced by
+    `initialize` anyway, and on meta tensors they only cost time: about 1 ms per block)."""
+    saved = {name: getattr(nn.init, name) for name in _TORCH_INITS}
+    for name in _TORCH_INITS:
+        setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
 def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> nn.Module:
     """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic. ``device="meta"``
     allocates no weights: the init pass only records each weight's std (what `predict` reads)."""
-    with torch.device(device) if device is not None else contextlib.nullcontext():
+    if device is not None and torch.device(device).type == "meta":
+        context = _on_meta()
+    else:
+        context = torch.device(device) if device is not None else contextlib.nullcontext()
+    with context:
         model = ARCHITECTURES[cfg.arch](cfg)
     initialize(model, cfg, get_scheme(cfg.scheme))
     return model
