@@ -25,7 +25,7 @@ from torch import nn
 
 from ..models.grow import MODES, Slot, grow, plan
 from .checkpoint import read_states, save_checkpoint
-from .commands import EXIT_INVALID, EXIT_OK, USER_ERRORS, _fail
+from .commands import EXIT_OK, USER_ERRORS, _fail
 from .config import RunConfig, dump_toml
 from .data import prepare_data
 from .optim import make_optimizer
@@ -38,11 +38,10 @@ PROG = "sigprop grow"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit 2, as the command's other user errors."""
+    """argparse whose usage errors are user errors (ValueError): one line and exit 2, as the command's others."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_INVALID)
+        raise ValueError(message)
 
 
 def renamer(slots: list[Slot]) -> dict[int, int]:
@@ -147,8 +146,8 @@ def grow_main(argv: Sequence[str]) -> int:
     p.add_argument("--mode", required=True, metavar="|".join(MODES), help="identity: zeroed output projections "
                    "(function unchanged); copy: duplicated blocks; dslm: DSLM init of the new depth")
     p.add_argument("--out", required=True, metavar="NEWRUN", help="the new run folder (must be new or empty)")
-    args = p.parse_args(list(argv))
     try:
+        args = p.parse_args(list(argv))
         summary = grow_run(args.run, args.out, _int("--to", args.to), args.mode, _int("--every", args.every),
                            args.at, list(argv))
     except USER_ERRORS as e:
