@@ -52,6 +52,8 @@ DELEGATED = {
     "diagnose": ("sigprop.diagnostics.commands", "diagnose_main", "measured moments with the prediction overlaid"),
     "sweep": ("sigprop.train.sweep", "sweep_main",
               "train a grid of configs: --config FILE [--jobs N] [--resume | --report-only]"),
+    "grow": ("sigprop.train.grow_command", "grow_main",
+             "make a trained run deeper: --run RUN --to N [--every J | --at top] --mode MODE --out NEWRUN"),
     "simulate": ("sigprop.simulate.commands", "simulate_main",
                  "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }
