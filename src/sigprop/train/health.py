@@ -37,8 +37,9 @@ class LastGood:
         """State after resuming from the checkpoint ``path`` with JSON ``record`` (its next step decides it)."""
         name = record.get("last_good")
         earlier = Path(path).parent / name if name else None
+        best = record.get("best_loss")                  # None: no finite loss seen before that checkpoint
         tracker = cls(earlier if earlier is not None and earlier.exists() else None,
-                      float(record.get("best_loss", math.inf)))
+                      math.inf if best is None else float(best))
         tracker.pending = Path(path)
         return tracker
 
