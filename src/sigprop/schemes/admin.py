@@ -59,26 +59,28 @@ def _index(cfg: Any, site: Site) -> int:
     return site.layer * len(kinds) + kinds.index(site.sublayer)
 
 
-def predicted_omegas(cfg: Any, seq_len: int | None = None) -> dict[str, tuple[float, ...]]:
+def predicted_omegas(cfg: Any, seq_len: int | None = None, token_collision: float | None = None
+                     ) -> dict[str, tuple[float, ...]]:
     """The profile `profile` gives at init in the moments, per stack ("enc", "dec") in sublayer order, for the
-    model ``cfg`` builds (scheme "admin"), over ``seq_len`` tokens (default ``max_seq_len``; a ViT's own
-    count), tokens drawn by the Zipf law (`sigprop.models.predict`), in eval mode (module docstring)."""
+    model ``cfg`` builds (scheme "admin"), in eval mode (module docstring); ``seq_len`` and ``token_collision``
+    as `sigprop.models.predict.model_chain` (default ``max_seq_len`` tokens, a ViT its own count, drawn by the
+    Zipf law; 1/vocab_size for uniformly random tokens)."""
     if cfg.scheme != "admin":
         raise ValueError(f"predicted_omegas takes a ModelConfig of scheme 'admin', got scheme {cfg.scheme!r}")
-    return _predicted(dataclasses.replace(cfg, admin_mode="constant"), seq_len)
+    return _predicted(dataclasses.replace(cfg, admin_mode="constant"), seq_len, token_collision)
 
 
 @lru_cache(maxsize=64)
-def _predicted(cfg: Any, seq_len: int | None) -> dict[str, tuple[float, ...]]:
+def _predicted(cfg: Any, seq_len: int | None, collision: float | None) -> dict[str, tuple[float, ...]]:
     from ..models.build import build_model
     from ..models.predict import encoder_chain, model_chain
     from ..models.transformer import EncoderDecoder
 
     model = build_model(cfg, device="meta").eval()          # any ω: the walk sets each sublayer's own
     if isinstance(model, EncoderDecoder):
-        enc, memory = _walk(encoder_chain(model, seq_len)[1])
-        return {"enc": enc, "dec": _walk(model_chain(model, seq_len, memory=memory)[1])[0]}
-    return {getattr(model, "stack_name", "enc"): _walk(model_chain(model, seq_len)[1])[0]}
+        enc, memory = _walk(encoder_chain(model, seq_len, collision)[1])
+        return {"enc": enc, "dec": _walk(model_chain(model, seq_len, collision, memory)[1])[0]}
+    return {getattr(model, "stack_name", "enc"): _walk(model_chain(model, seq_len, collision)[1])[0]}
 
 
 def _walk(chain: list) -> tuple[tuple[float, ...], Any]:
