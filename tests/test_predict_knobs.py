@@ -37,7 +37,7 @@ KNOBS: dict[str, list[dict]] = {
     "d_ff": [dict(d_ff=96)],
     "max_seq_len": [dict(max_seq_len=32)],
     "scheme": [dict(scheme=s) for s in ("postln", "vanilla", "shaped", "dslm", "deepnorm", "gpt2", "depth_mup",
-                                        "completep")],
+                                        "completep", "admin")],
     "norm": [dict(scheme="dslm", norm="postln")],
     "norm_type": [dict(norm_type="rmsnorm")],
     "activation": [dict(activation="gelu"), dict(activation="shaped_relu")],
@@ -62,6 +62,7 @@ KNOBS: dict[str, list[dict]] = {
     "base_width": [dict(parametrization="mup", base_width=16)],
     "base_depth": [dict(scheme="completep", base_depth=1)],
     "qk_norm": [dict(qk_norm=True)],
+    "admin_mode": [dict(scheme="admin", admin_mode="constant")],
 }
 GAPS = {
     "scheme-0": "standard Post-LN: gradient variance 11 % off (median); its stack collapses and routes the gradient "

@@ -104,7 +104,8 @@ def test_a_field_the_model_ignores_is_refused_unless_default(field, scheme, arch
     default = {f.name: f.default for f in dataclasses.fields(ModelConfig)}[field]
     other = {"vocab_size": 300, "max_seq_len": 16, "n_dec_layers": 3, "norm_type": "rmsnorm", "tau0": 2.0,
              "qk_scaling": "init", "c_plus": 0.5, "c_minus": -2.0, "shaping": "learn", "dslm_k": 3.0,
-             "dslm_r0": 0.2, "image_size": 12, "patch_size": 4, "in_channels": 2, "n_classes": 3}[field]
+             "dslm_r0": 0.2, "image_size": 12, "patch_size": 4, "in_channels": 2, "n_classes": 3,
+             "admin_mode": "constant"}[field]
     assert other != default
     ModelConfig(**{**base, field: default})
     if used:

@@ -21,6 +21,10 @@ on the module that receives the skip x keeps x; a hook on the branch returns Res
 αx + βg − x, so the block's own add yields x + (αx + βg − x) = αx + βg: exactly λx + βf(x) in
 exact arithmetic, one rounding away in floating point. Post-LN (BERT) becomes N(αx + βg) the same
 way. α, β live in a `sigprop.nn.Residual` registered on the block (in its ``state_dict``).
+
+Admin (``scheme="admin"``, Post-LN: BERT) mirrors ``admin_mode="constant"``: every shortcut gets the trainable
+per-channel ω = √((N+1)/ln(N+1) − 1); ``sigprop.schemes.admin.profile(model, input_ids)`` after `apply`
+replaces it by the profiled ω of one forward pass (one stack, in sublayer order).
 """
 from __future__ import annotations
 
@@ -44,11 +48,11 @@ from .shaped import NAME, ShapedMix, register
 
 FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
 SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
-SCHEMES = ("dslm", "shaped", "deepnorm", "depth_mup", "completep")
+SCHEMES = ("dslm", "shaped", "deepnorm", "depth_mup", "completep", "admin")
 # arguments of `apply` each scheme reads; a non-default value of any other is refused
 USES = {"dslm": ("gamma", "k", "r0", "seq_len", "learn_residual"),
         "shaped": ("gamma", "tau0", "c_plus", "c_minus", "shaping", "learn_residual"),
-        "deepnorm": ("learn_residual",), "depth_mup": (), "completep": ()}
+        "deepnorm": ("learn_residual",), "depth_mup": (), "completep": (), "admin": ()}
 PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN"}
 DEFAULTS = dict(gamma=None, k=2.0, r0=None, tau0=1.0, c_plus=0.0, c_minus=-1.0, shaping="fixed",
                 learn_residual=False, seq_len=None)
@@ -78,6 +82,8 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
     if scheme == "shaped":
         fields["activation"] = "shaped_relu"
         del fields["norm_type"]                   # norm "none": a norm type would be a field with no effect
+    if scheme == "admin":
+        fields["admin_mode"] = "constant"         # profiling needs data: `sigprop.schemes.admin.profile` after apply
     return ModelConfig(**fields, scheme=scheme, norm="none" if scheme == "shaped" else f"{family.placement}ln",
                        residual_gamma=gamma, dslm_k=k, dslm_r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
                        shaping=shaping, learn_residual=learn_residual, parametrization=parametrization,
@@ -258,7 +264,8 @@ def _scale_residuals(model: nn.Module, family: Family, cfg: ModelConfig) -> None
     stack = "dec" if cfg.arch == "decoder" else "enc"
     for layer, block in enumerate(family.blocks(model.base_model)):
         for site in family.sites(block):
-            residual = Residual(*scheme.residual(cfg, Site(stack, layer, site.kind)), learnable=cfg.learn_residual)
+            residual = Residual(*scheme.residual(cfg, Site(stack, layer, site.kind)), learnable=cfg.learn_residual,
+                                width=cfg.d_model if scheme.channel_residual else None)
             block.add_module(f"sigprop_{site.kind}_residual", residual)
             _hook_residual(site, residual)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -36,14 +36,30 @@ def _on_meta() -> Iterator[None]:
             setattr(nn.init, name, fn)
 
 
-def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> nn.Module:
+def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
+                batch: torch.Tensor | Sequence[torch.Tensor] | None = None) -> nn.Module:
     """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic. ``device="meta"``
-    allocates no weights: the init pass only records each weight's std (what `predict` reads)."""
-    if device is not None and torch.device(device).type == "meta":
+    allocates no weights: the init pass only records each weight's std (what `predict` reads). ``batch``: the
+    model's positional inputs for the scheme's data-dependent init (`calibrate`; Admin's profiled ω)."""
+    meta = device is not None and torch.device(device).type == "meta"
+    if batch is not None and meta:
+        raise ValueError("build_model: a batch needs real weights to run on; it cannot be used with device='meta'")
+    if meta:
         context = _on_meta()
     else:
         context = torch.device(device) if device is not None else contextlib.nullcontext()
     with context:
         model = ARCHITECTURES[cfg.arch](cfg)
     initialize(model, cfg, get_scheme(cfg.scheme))
+    if batch is not None:
+        calibrate(model, batch)
     return model
+
+
+def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor]) -> None:
+    """Let the scheme of ``model`` (a sigprop model) set its data-dependent init values from ``batch``, the
+    model's positional inputs (token ids, images, or (src, tgt) for an encdec), on the model's device:
+    `sigprop.schemes.admin.profile` under scheme "admin" with ``admin_mode="profile"``; nothing for the
+    schemes whose init is data-free. Call it at init (the trainer does, on its first training batch)."""
+    inputs = (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
+    get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs)

@@ -13,6 +13,7 @@ from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
 from ..schemes import SCHEMES, get_scheme, mup
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
+ADMIN_MODES = ("profile", "constant")
 NORMS = ("preln", "postln", "none")
 
 
@@ -61,6 +62,7 @@ USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
                 lambda c: _shaped_attention(c) or _shaped_relu(c)),
     "dslm_k": ("scheme 'dslm'", lambda c: c.scheme == "dslm"),
     "dslm_r0": ("scheme 'dslm'", lambda c: c.scheme == "dslm"),
+    "admin_mode": ("scheme 'admin'", lambda c: c.scheme == "admin"),
     "image_size": ("arch 'vit'", lambda c: c.arch == "vit"),
     "patch_size": ("arch 'vit'", lambda c: c.arch == "vit"),
     "in_channels": ("arch 'vit'", lambda c: c.arch == "vit"),
@@ -83,6 +85,7 @@ class ModelConfig:
     d_ff: int | None = None           # MLP hidden width; None → 4·d_model
     max_seq_len: int = 128            # longest sequence (learned position table size)
     scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep | gpt2
+    #                                   | admin
     norm: str | None = None           # preln | postln | none; None → the scheme's default
     norm_type: str = "layernorm"      # layernorm | rmsnorm
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
@@ -107,6 +110,7 @@ class ModelConfig:
     base_width: int = 128             # mup: width n₀ at which every multiplier is 1
     base_depth: int = 4               # depth_mup/completep: blocks L₀ at which every multiplier is 1
     qk_norm: bool = False             # norm (norm_type) on each head's queries and keys (softmax attention)
+    admin_mode: str = "profile"       # admin: ω from one profiling pass (theory's profile without data) | constant
 
     def __post_init__(self) -> None:
         check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
@@ -120,6 +124,7 @@ class ModelConfig:
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("shaping", self.shaping, SHAPING_MODES)
         _choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
+        _choice("admin_mode", self.admin_mode, ADMIN_MODES)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.d_model % self.n_heads:

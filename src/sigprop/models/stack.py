@@ -47,7 +47,8 @@ class Stack(nn.Module):
         def sublayer(fn: nn.Module, layer: int, kind: str) -> Sublayer:
             alpha, beta = scheme.residual(cfg, Site(name, layer, kind))
             norm = None if placement == "none" else make_norm(cfg.norm_type, cfg.d_model)
-            sub = Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual)
+            sub = Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual,
+                           cfg.d_model if scheme.channel_residual else None)
             sub.site = Site(name, layer, kind)          # read by sigprop.diagnostics
             return sub
 

@@ -24,17 +24,19 @@ PLACEMENTS = ("pre", "post", "none")
 
 
 class Sublayer(nn.Module):
-    """Wraps ``fn`` with its norm, residual scaling and dropout."""
+    """Wraps ``fn`` with its norm, residual scaling and dropout; ``residual_width``: a per-channel trainable α
+    (`Residual`'s ``width``)."""
 
     def __init__(self, fn: nn.Module, norm: nn.Module | None, placement: str, alpha: float,
-                 beta: float, dropout: float = 0.0, learn_residual: bool = False) -> None:
+                 beta: float, dropout: float = 0.0, learn_residual: bool = False,
+                 residual_width: int | None = None) -> None:
         super().__init__()
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         if (norm is None) != (placement == "none"):
             raise ValueError(f"placement {placement!r} needs {'no ' if placement == 'none' else 'a '}norm")
         self.fn, self.norm, self.placement = fn, norm, placement
-        self.residual = Residual(alpha, beta, learn_residual)
+        self.residual = Residual(alpha, beta, learn_residual, residual_width)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

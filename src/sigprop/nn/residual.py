@@ -1,4 +1,4 @@
-"""Scaled residual add y = α·x + β·f(x) (λ/γ in the Shaped Transformer, λ/β in DeepScaleLM)."""
+"""Scaled residual add y = α·x + β·f(x) (λ/γ in the Shaped Transformer, λ/β in DeepScaleLM, ω/1 in Admin)."""
 from __future__ import annotations
 
 import torch
@@ -9,26 +9,32 @@ from .roles import tag
 
 
 class Residual(nn.Module):
-    """y = α x + β f, with α, β fixed buffers or trainable scalars."""
+    """y = α x + β f, with α, β fixed buffers or trainable scalars.
 
-    def __init__(self, alpha: float, beta: float, learnable: bool = False) -> None:
+    ``width``: α is instead a trainable per-channel vector of ``width`` entries (Admin's shortcut ω, role
+    "constant"), every entry built equal to ``alpha``; β stays a scalar (trainable iff ``learnable``)."""
+
+    def __init__(self, alpha: float, beta: float, learnable: bool = False, width: int | None = None) -> None:
         super().__init__()
         self.built = (float(alpha), float(beta))      # the weights it was built with (read on the meta device)
-        a, b = torch.tensor(float(alpha)), torch.tensor(float(beta))
-        if learnable:
-            self.alpha, self.beta = nn.Parameter(a), nn.Parameter(b)
-            tag(self.alpha, "constant")
-            tag(self.beta, "constant")
-        else:
-            self.register_buffer("alpha", a)
-            self.register_buffer("beta", b)
+        a = torch.tensor(float(alpha)) if width is None else torch.full((width,), float(alpha))
+        b = torch.tensor(float(beta))
+        for name, value, trained in (("alpha", a, learnable or width is not None), ("beta", b, learnable)):
+            if trained:
+                setattr(self, name, nn.Parameter(value))
+                tag(getattr(self, name), "constant")
+            else:
+                self.register_buffer(name, value)
 
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return self.alpha.to(x.dtype) * x + self.beta.to(x.dtype) * fx
 
     def values(self) -> tuple[float, float]:
-        """(α, β) as floats: the current values, or the built ones on the meta device."""
+        """(α, β) as floats: the current values (a per-channel α must be uniform, as built), or the built ones
+        on the meta device."""
         return (scalar(self.alpha, self.built[0], "residual alpha"), scalar(self.beta, self.built[1], "residual beta"))
 
     def extra_repr(self) -> str:
+        if self.alpha.ndim:
+            return f"alpha=per channel ({self.alpha.numel()}), built {self.built[0]:.4g}, beta={self.beta.item():.4g}"
         return f"alpha={self.alpha.item():.4g}, beta={self.beta.item():.4g}"

@@ -2,6 +2,7 @@
 
 Adding a scheme: write ``schemes/<name>.py`` with a `Scheme` subclass and list it below.
 """
+from .admin import Admin
 from .base import OptimRule, ParamInfo, Scheme, Site, initialize
 from .deepnorm import DeepNorm
 from .depth import CompleteP, DepthMuP
@@ -13,7 +14,7 @@ from .shaped import Shaped
 from .vanilla import Vanilla
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm(),
-                                                 DepthMuP(), CompleteP(), GPT2())}
+                                                 DepthMuP(), CompleteP(), GPT2(), Admin())}
 
 
 def get_scheme(name: str) -> Scheme:

@@ -83,12 +83,17 @@ class Scheme:
     attention: ClassVar[str] = "softmax"  # "softmax" | "shaped"
     learnable_residual: ClassVar[bool] = False  # its residual weights may be trained (ModelConfig.learn_residual);
     #                                             False where they are fixed by the rule (unit adds, (L₀/L)^α)
+    channel_residual: ClassVar[bool] = False    # α is a trainable per-channel vector (Admin's ω), not a scalar
 
     def check(self, cfg: Any) -> None:
         """Raise ValueError for config fields this scheme cannot honour."""
         if cfg.residual_lambda is not None or cfg.residual_gamma is not None:
             raise ValueError(f"ModelConfig.residual_lambda/residual_gamma are used only by schemes "
                              f"'shaped' and 'dslm'; scheme {self.name!r} fixes its own residual weights")
+
+    def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        """Set the init values that depend on data from forward passes on ``inputs`` (the model's positional
+        inputs, e.g. the first training batch's); nothing for a scheme whose init is data-free."""
 
     def activation(self, cfg: Any) -> str:
         return cfg.activation

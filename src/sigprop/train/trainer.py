@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..models import calibrate
 from .callbacks import Callback, Diagnostics
 from .checkpoint import capture_rng, resume_point, restore_rng, save_checkpoint, set_aside_newer
 from .config import RunConfig
@@ -55,17 +56,21 @@ class TrainState:
 
 
 class Trainer:
-    """Trains ``model`` on ``data`` as ``cfg`` says; rank 0 writes into ``run_dir``."""
+    """Trains ``model`` on ``data`` as ``cfg`` says; rank 0 writes into ``run_dir``. A fresh model first gets its
+    scheme's data-dependent init (`sigprop.models.calibrate`: Admin's profiled ω) from the first training batch."""
 
     def __init__(self, cfg: RunConfig, model: nn.Module, data: DataBundle, run_dir: Path,
                  dist: DistInfo = DistInfo(), callbacks: Sequence[Callback] = ()) -> None:
         self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
         self.model = model.to(dist.device)
+        self.sampler = EpochSampler(len(data.train), cfg.train.seed)
+        self.micro = shard_bounds(cfg.train.batch_size, dist.world_size, dist.rank, cfg.train.grad_accum)
+        # data-dependent init (Admin's profiled ω) on rank 0's first micro-batch of step 1, the same on every
+        # rank, before sharding or compiling; a resumed run then loads its checkpoint's values over it
+        calibrate(self.model, self.global_batch(0).rows(0, self._per_micro()).to(dist.device).inputs)
         self.ddp = prepare_model(self.model, cfg.train, dist)   # DDP wrapper, or the model (FSDP shards in place)
         self.optimizer = make_optimizer(self.model, cfg.optim, cfg.model)
         self.state = TrainState()
-        self.sampler = EpochSampler(len(data.train), cfg.train.seed)
-        self.micro = shard_bounds(cfg.train.batch_size, dist.world_size, dist.rank, cfg.train.grad_accum)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.last_checkpoint: Path | None = None
         self.health = LastGood()
@@ -106,14 +111,18 @@ class Trainer:
         idx = torch.arange(n)
         return self.data.val.batch(idx, generator(self.cfg.train.seed, DIAG_STREAM)).to(self.dist.device)
 
+    def global_batch(self, position: int) -> Batch:
+        """The global training batch that starts at data ``position`` (the same on every rank)."""
+        idx = self.sampler.indices(position, self.cfg.train.batch_size)
+        return self.data.train.batch(idx, generator(self.cfg.train.seed, position))
+
     # -- one step -----------------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
         """One optimizer step on the next global batch; returns its train record."""
         t0 = time.perf_counter()
         cfg, dist = self.cfg, self.dist
         # data: the whole global batch (cheap), of which this rank uses its micro-batches
-        idx = self.sampler.indices(self.state.position, cfg.train.batch_size)
-        batch = self.data.train.batch(idx, generator(cfg.train.seed, self.state.position))
+        batch = self.global_batch(self.state.position)
         n_targets = max(batch.n_targets, 1)
         totals = torch.zeros(2, device=dist.device)                   # loss sum, correct
         for k, (a, b) in enumerate(self.micro):
