@@ -4,6 +4,7 @@
     cfg = sigprop.hf.apply(model, "dslm")          # or "shaped", "deepnorm", "depth_mup", "completep"; in place
     cfg = sigprop.hf.apply(model, "depth_mup", parametrization="mup", base_width=256, base_depth=4)
     records = sigprop.hf.diagnose(model, batch)    # per-sublayer Records, as sigprop.diagnostics.measure
+    predicted = sigprop.hf.predict(model, batch)   # the same Records at init, walked from the model's modules
     groups = sigprop.hf.param_groups(model, cfg, lr=3e-4)   # the scheme's optimizer rules, for AdamW
 
 Supported ``config.model_type``: see `SUPPORTED`. Importing this package needs no `transformers`;
@@ -12,5 +13,6 @@ Supported ``config.model_type``: see `SUPPORTED`. Importing this package needs n
 from .apply import SUPPORTED, apply, mirror_config
 from .diagnose import diagnose
 from .optim import param_groups
+from .walk import predict
 
-__all__ = ["apply", "diagnose", "mirror_config", "param_groups", "SUPPORTED"]
+__all__ = ["apply", "diagnose", "mirror_config", "param_groups", "predict", "SUPPORTED"]

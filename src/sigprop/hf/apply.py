@@ -39,7 +39,7 @@ from ..models import ModelConfig
 from ..nn import Residual, TokenEmbedding, make_activation
 from ..nn.roles import role_of
 from ..schemes import ParamInfo, Site, dslm, get_scheme
-from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
+from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces, record_std
 from .bert import Bert
 from .gpt2 import GPT2
 from .llama import Llama
@@ -121,9 +121,8 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
     whose branch multipliers (L₀/L)^α are the scheme's `residual`. Optimizer groups: `sigprop.hf.param_groups`.
     reinit=False re-attaches the forward changes only (e.g. before ``load_state_dict`` of a model saved
     after `apply`).
-    Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``;
-    ``model.sigprop_exact_mirror`` says whether the mirrored sigprop model has the same init law
-    (then `sigprop.models.predict` describes it).
+    Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``. Every weight drawn records
+    its std (`record_std`), which `sigprop.hf.predict` reads.
     """
     if getattr(model, "sigprop_config", None) is not None:
         raise RuntimeError("sigprop.hf.apply was already applied to this model")
@@ -143,7 +142,6 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
     _scale_attention_logits(model, family, cfg)
     _scale_tied_logits(model, family, cfg)
     model.sigprop_config = cfg
-    model.sigprop_exact_mirror = family.exact_mirror
     return cfg
 
 
@@ -234,6 +232,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
         else:
             std = scheme.init_std(cfg, ParamInfo(piece.role, stack, piece.layer, piece.shape))
             piece.tensor.normal_(0.0, gain(piece) * std)
+            record_std(piece, gain(piece) * std)
         covered[id(piece.param)] = covered.get(id(piece.param), 0) + piece.tensor.numel()
         counts[piece.role] = counts.get(piece.role, 0) + 1
 
@@ -299,9 +298,11 @@ def _scale_attention_logits(model: nn.Module, family: Family, cfg: ModelConfig) 
 
 
 def _scale_tied_logits(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
-    """A head tied to the token embedding returns logits × 1/√(d σ_e²), as sigprop's tied heads."""
+    """A head tied to the token embedding returns logits × 1/√(d σ_e²), as sigprop's tied heads; the factor is the
+    head's ``sigprop_logit_scale``."""
     out, inp = model.get_output_embeddings(), model.get_input_embeddings()
     if out is None or out.weight is not inp.weight:
         return
-    scale = get_scheme(cfg.scheme).logit_scale(cfg) * math.sqrt(family.n_tables / TokenEmbedding.n_tables)
-    out.register_forward_hook(lambda module, args, logits: logits * scale)
+    out.sigprop_logit_scale = get_scheme(cfg.scheme).logit_scale(cfg) * math.sqrt(family.n_tables
+                                                                                  / TokenEmbedding.n_tables)
+    out.register_forward_hook(lambda module, args, logits: logits * module.sigprop_logit_scale)

@@ -6,10 +6,12 @@ carry the Softmax entropy and largest logit, recorded by wrapping the model's at
 (Q and K after RoPE; the shaped models' τ). Models on HF's "eager" path report none.
 
 The pass runs in ``mode`` "eval" (dropout off: deterministic) or "train" (dropout on, as in training);
-the model's own train/eval state is put back afterwards, module by module.
+the model's own train/eval state is put back afterwards, module by module. ``plot`` overlays the
+prediction walked from the model's modules (`sigprop.hf.walk`).
 """
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -22,9 +24,9 @@ from ..diagnostics.plot import plot_records
 from ..diagnostics.statistics import attention_entropy
 from ..records import Record
 from .apply import family_of
+from .walk import MODES, in_mode, predict
 
 RECORDING = "sigprop_record"
-MODES = ("eval", "train")
 
 
 def _attention_stats(module: nn.Module, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
@@ -69,19 +71,13 @@ def _recording_attention(model: nn.Module) -> Iterator[dict[nn.Module, tuple[flo
         model.set_attn_implementation(inner)
 
 
-def _predicted(model: nn.Module, batch: Any, mode: str) -> list[Record]:
-    """`sigprop.models.predict` for the mirrored model in ``mode``, if `apply` found the mirror exact, with the
-    batch's own token-collision probability Σ_v (n_v/N)²: the mirror is built on the meta device with the init
-    its config gives (at the config's dropout rate, which DSLM's init reads) and put in ``mode``, so its
-    dropout maps at p in "train" and not at all in "eval". [] without an exact mirror."""
-    if not getattr(model, "sigprop_exact_mirror", False):
-        return []
-    from ..models import build_model
-    from ..models.predict import predict
-    mirror = build_model(model.sigprop_config, device="meta").train(mode == "train")
-    ids = batch["input_ids"] if isinstance(batch, dict) else batch
-    collision = (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
-    return predict(mirror, seq_len=ids.shape[-1], token_collision=collision)
+def _predicted(model: nn.Module, batch: Any, mode: str) -> tuple[list[Record], str | None]:
+    """`sigprop.hf.predict` of ``model`` on ``batch`` in ``mode``, or ([], the reason) where a module, option or
+    input has no exact moment map."""
+    try:
+        return predict(model, batch, mode), None
+    except NotImplementedError as e:
+        return [], str(e)
 
 
 def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -94,10 +90,9 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     dropout off, two calls give the same records) or "train" (dropout on, to measure its effect); the
     model's train/eval state is restored afterwards. Every parameter's ``.grad`` is left as it was (None
     stays None; a tensor keeps its values and identity). ``plot``: write a PNG of the measured curves with
-    `plot_records`, and the predicted ones for the same mode where `sigprop.models.predict` exists and
-    `apply` found the mirrored `ModelConfig` exact (``model.sigprop_exact_mirror``: GPT-2, whose mirror
-    attends over ``seq_len`` keys), read off the mirror in the same mode (`_predicted`); without a prediction
-    the title says "measured only".
+    `plot_records`, and the predicted ones: `sigprop.hf.predict`, walked from the model's own modules in the
+    same mode. Where a module, option or input has no exact moment map the plot is titled "measured only" and a
+    warning names it.
     """
     if mode not in MODES:
         raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")
@@ -126,18 +121,14 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
         out = model(**batch) if isinstance(batch, dict) else model(batch)
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
-    training = {m: m.training for m in model.modules()}
-    model.train(mode == "train")
-    try:
-        with _recording_attention(model) if attention_stats else nullcontext({}) as stats:
-            backprop(model, forward, hooks, loss_fn, seed)
-    finally:
-        for m, was in training.items():
-            m.training = was
+    with in_mode(model, mode), _recording_attention(model) if attention_stats else nullcontext({}) as stats:
+        backprop(model, forward, hooks, loss_fn, seed)
     attn = {(stack, attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
     records = records_from(outputs, attn)
     if plot is not None:
-        predicted = _predicted(model, batch, mode)
+        predicted, reason = _predicted(model, batch, mode)
+        if reason is not None:
+            warnings.warn(f"hf.diagnose plots the measurement only: {reason}", stacklevel=2)
         curves = {"measured": records} | ({"predicted": predicted} if predicted else {})
         plot_records(curves, plot, title=f"{type(model).__name__}, {mode} mode"
                      + ("" if predicted else " (measured only)"))

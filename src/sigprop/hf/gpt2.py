@@ -2,21 +2,32 @@
 
 Block: x ← x + attn(ln_1(x));  x ← x + mlp(ln_2(x));  final ``ln_f``. ``c_attn`` holds
 [W_Q | W_K | W_V] side by side, each initialized as its own (d, d) piece.
+
+Moment maps: wte + wpe (two tables, the position rows distinct), ``drop``; attention from the three
+``c_attn`` slices and ``c_proj`` with ``attn_dropout`` on the probabilities and ``resid_dropout``; MLP
+Conv1D · activation · Conv1D · dropout, where "gelu" is the exact-erf GeLU and "gelu_new" (the tanh
+approximation) its own quadrature map (`sigprop.theory.moments.pointwise.Smooth`); ``ln_f``; the tied LM head.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+import math
+from typing import TYPE_CHECKING, Any, Iterator
 
 from torch import nn
 
+from ..nn.maps import zero_bias
+from ..theory.moments.embedding import Embedding
+from ..theory.moments.state import Component
 from .base import Family, Piece, ResidualSite, linear_pieces, mirror_activation, norm_pieces
+
+if TYPE_CHECKING:
+    from .walk import Walk
 
 
 class GPT2(Family):
     model_types = ("gpt2",)
     placement = "pre"
     n_tables = 2                                   # wte + wpe
-    exact_mirror = True                            # = sigprop's decoder with bias=True (GeLU-tanh ≈ GeLU)
 
     def mirror(self, config: Any) -> dict[str, Any]:
         if config.add_cross_attention or config.scale_attn_by_inverse_layer_idx or not config.scale_attn_weights:
@@ -39,9 +50,8 @@ class GPT2(Family):
         yield Piece(base.wte.weight, "embed", None, tuple(base.wte.weight.shape))
         yield Piece(base.wpe.weight, "pos", None, tuple(base.wpe.weight.shape))
         for layer, block in enumerate(base.h):
-            attn, d = block.attn, block.attn.embed_dim
-            for i, role in enumerate(("q", "k", "v")):                 # c_attn.weight: (d, 3d) = [Q | K | V]
-                yield Piece(attn.c_attn.weight[:, i * d:(i + 1) * d], role, layer, (d, d))
+            attn = block.attn
+            yield from qkv_pieces(attn, layer)
             yield Piece(attn.c_attn.bias, "bias", layer, tuple(attn.c_attn.bias.shape))
             yield from linear_pieces(attn.c_proj, "o", layer)
             yield from linear_pieces(block.mlp.c_fc, "ffn_in", layer)
@@ -58,3 +68,47 @@ class GPT2(Family):
 
     def attentions(self, base: nn.Module) -> list[nn.Module]:
         return [b.attn for b in base.h]
+
+    def hf_init_std(self, config: Any, role: str) -> float:
+        """``GPT2PreTrainedModel._init_weights``: N(0, initializer_range²) for every Conv1D, Linear and Embedding
+        weight, then the ``c_proj`` of every attention and MLP (roles "o", "ffn_out") re-drawn at
+        initializer_range/√(2·n_layer) (GPT-2's residual-path scaling, 2 residual adds per block)."""
+        if role in ("o", "ffn_out"):
+            return config.initializer_range / math.sqrt(2 * config.n_layer)
+        return float(config.initializer_range)
+
+    def input_maps(self, walk: Walk, base: nn.Module) -> list[Component | None]:
+        from .walk import collision
+        tables = (walk.table_var(base.wte, "embed", "token embedding wte"),
+                  walk.table_var(base.wpe, "pos", "position embedding wpe"))
+        return [Embedding(tables, (collision(walk.ids), 0.0)), walk.component(base.drop, "embedding dropout")]
+
+    def branch_maps(self, walk: Walk, block: nn.Module, kind: str, L: int) -> list[Component | None]:
+        if kind == "attn":
+            attn = block.attn
+            if attn.is_cross_attention or attn.scale_attn_by_inverse_layer_idx:
+                raise NotImplementedError("GPT-2 cross-attention or inverse-layer-index attention scaling has no "
+                                          "moment map")
+            o = walk.linear(attn.c_proj, "o", "attention c_proj")
+            zero_bias(attn.c_attn, "attention c_attn")
+            q, k, v = (walk.var(p.tensor, p.role, f"attention c_attn {p.role} slice") for p in qkv_pieces(attn, None))
+            p = attn.attn_dropout.p if attn.training else 0.0
+            return [walk.attention(attn, L, (q, k, v, o.weight_var), attn.num_heads, attn.embed_dim, attn.is_causal,
+                                   p),
+                    walk.component(attn.resid_dropout, "attention resid_dropout")]
+        mlp = block.mlp
+        return [walk.linear(mlp.c_fc, "ffn_in", "MLP c_fc"), walk.component(mlp.act, "MLP activation"),
+                walk.linear(mlp.c_proj, "ffn_out", "MLP c_proj"), walk.component(mlp.dropout, "MLP dropout")]
+
+    def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
+        return block.ln_1 if kind == "attn" else block.ln_2
+
+    def final_norm(self, base: nn.Module) -> nn.Module:
+        return base.ln_f
+
+
+def qkv_pieces(attn: nn.Module, layer: int | None) -> Iterator[Piece]:
+    """The Q, K, V slices of ``c_attn.weight`` (d, 3d) = [Q | K | V], each (d, d)."""
+    d = attn.embed_dim
+    for i, role in enumerate(("q", "k", "v")):
+        yield Piece(attn.c_attn.weight[:, i * d:(i + 1) * d], role, layer, (d, d))

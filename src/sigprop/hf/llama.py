@@ -11,14 +11,32 @@ without a norm the branch scales like |x|² and the stream's fixed point |x|²/d
 (v ← λ²v + γ²v² grows any excess by λ² + 2γ² = 1 + γ² per block; with every norm removed and a
 shaped-ReLU gate, a 48-layer, width-64 model reached inf at block 28 in float32). A shaped-ReLU gate
 would not make φ(a)·b near-linear either: it tends to a·b, not to a map close to the identity.
+
+Moment maps: the token table (no dropout); RMSNorm; attention with grouped-query heads (the maps take
+``num_attention_heads``: query heads sharing one K/V head give uncorrelated contributions, because each writes
+through its own independent block of W_O, so every variance and covariance adds as for separate heads) and
+its probability dropout; the gated MLP (`sigprop.theory.moments.gated.GatedMLP`, SiLU by quadrature); the
+final norm; the LM head, untied by default.
+
+RoPE has no moment map and is refused by name. A position-dependent rotation R_{j−i} between query i and
+key j keeps the law of each single logit, but not the joint law of a row: the component the tokens share
+(their correlation) becomes a key-dependent logit term q_iᵀR_{j−i}W_K m, and each key sees its own logit
+scale |W_Kᵀ R q_i|. The attention output variance moves measurably (tests/test_hf.py: +2.5 % at token
+correlation 0.5, width 64). Only a rotary embedding whose frequencies are all zero (the identity) is mapped.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from torch import nn
 
+from ..theory.moments.embedding import Embedding
+from ..theory.moments.gated import GatedMLP
+from ..theory.moments.state import Component
 from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
+
+if TYPE_CHECKING:
+    from .walk import Walk
 
 
 class Llama(Family):
@@ -63,3 +81,45 @@ class Llama(Family):
 
     def attentions(self, base: nn.Module) -> list[nn.Module]:
         return [b.self_attn for b in base.layers]
+
+    def input_maps(self, walk: Walk, base: nn.Module) -> list[Component | None]:
+        from .walk import collision
+        return [Embedding((walk.table_var(base.embed_tokens, "embed", "token embedding"),), (collision(walk.ids),))]
+
+    def branch_maps(self, walk: Walk, block: nn.Module, kind: str, L: int) -> list[Component | None]:
+        if kind == "mlp":
+            mlp = block.mlp
+            gate, up, down = (walk.linear(m, role, name) for m, role, name in (
+                (mlp.gate_proj, "ffn_in", "MLP gate_proj"), (mlp.up_proj, "ffn_in", "MLP up_proj"),
+                (mlp.down_proj, "ffn_out", "MLP down_proj")))
+            return [GatedMLP(gate.d_in, gate.d_out, gate.weight_var, up.weight_var, down.weight_var,
+                             walk.component(mlp.act_fn, "MLP gate activation"))]
+        attn = block.self_attn
+        _check_rope(walk.model.base_model.rotary_emb)
+        window = attn.sliding_window if hasattr(attn, "sliding_window") else getattr(attn.config, "sliding_window", None)
+        if window is not None and L > window:
+            raise NotImplementedError(f"sliding-window attention (window {window} < {L} tokens) has no moment map")
+        n_heads, d = attn.config.num_attention_heads, attn.config.hidden_size
+        if n_heads * attn.head_dim != d:
+            raise NotImplementedError(f"attention with head_dim {attn.head_dim} × {n_heads} heads ≠ hidden_size {d} "
+                                      "has no moment map")
+        q, k, v, o = (walk.linear(m, role, f"attention {name}").weight_var for m, role, name in (
+            (attn.q_proj, "q", "q_proj"), (attn.k_proj, "k", "k_proj"), (attn.v_proj, "v", "v_proj"),
+            (attn.o_proj, "o", "o_proj")))
+        p = attn.attention_dropout if attn.training else 0.0
+        return [walk.attention(attn, L, (q, k, v, o), n_heads, d, attn.is_causal, p)]
+
+    def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
+        return block.input_layernorm if kind == "attn" else block.post_attention_layernorm
+
+    def final_norm(self, base: nn.Module) -> nn.Module:
+        return base.norm
+
+
+def _check_rope(rotary: nn.Module) -> None:
+    """Refuse RoPE (module docstring) unless it is the identity: every frequency zero, no scaling."""
+    inv_freq = getattr(rotary, "inv_freq", None)
+    if inv_freq is None or bool(inv_freq.detach().any()) or getattr(rotary, "attention_scaling", 1.0) != 1.0:
+        raise NotImplementedError("RoPE has no moment map: rotating queries and keys by position changes the joint "
+                                  "law of a row's logits (sigprop.hf.llama module docstring); only a rotary "
+                                  "embedding with all frequencies zero is mapped")

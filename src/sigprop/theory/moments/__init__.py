@@ -10,18 +10,19 @@ from .attention import Attention
 from .blocks import Serial, attention_block, ffn_block, serial
 from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
+from .gated import GatedMLP
 from .embedding import Embedding, PatchEmbedding, zipf_collision_approx, zipf_collision_probability
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
-from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU
+from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual
 from .residual import Residual
 from .softmax import Softmax
 from .state import Component, Moments
 
 __all__ = [
-    "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "GeLU", "LayerNorm", "Linear",
+    "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "GatedMLP", "GeLU", "LayerNorm", "Linear",
     "MemoryView", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView", "RMSNorm", "ReLU",
-    "Residual", "Serial", "ShapedReLU", "Softmax",
+    "Residual", "Serial", "ShapedReLU", "Smooth", "Softmax",
     "attention_block", "ffn_block", "serial", "zipf_collision_approx", "zipf_collision_probability",
 ]

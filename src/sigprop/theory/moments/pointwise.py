@@ -1,4 +1,5 @@
-"""Pointwise activations: ReLU, shaped ReLU, any φ(x) = a·x + b·relu(x), and exact-erf GeLU.
+"""Pointwise activations: ReLU, shaped ReLU, any φ(x) = a·x + b·relu(x), exact-erf GeLU, and by quadrature
+the smooth activations without a closed form (tanh GeLU, SiLU: `Smooth`).
 
 Input entries are Gaussian, x ~ N(μ, σ²), two tokens jointly Gaussian with correlation r.
 All maps are exact Gaussian integrals (the bivariate normal orthant by a 48-point Gauss–Legendre
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -72,6 +74,10 @@ class _Pointwise:
 
     def _gauss(self, m: Moments) -> _Gauss:
         raise NotImplementedError
+
+    def expectations(self, m: Moments) -> _Gauss:
+        """E φ, E φ², E φ_iφ_j, E φ'², E φ'_iφ'_j for input entries with moments ``m`` (Gaussian)."""
+        return self._gauss(m)
 
     def fwd(self, m: Moments) -> Moments:
         e = self._gauss(m)
@@ -169,3 +175,59 @@ class GeLU(_Pointwise):
         dcross = 0.5 + (-math.acos(ra) + ra * ((1 + v) * (2 * v + 3) - 2 * rv * rv)
                         / ((1 + v) ** 2 - rv * rv) ** 1.5) / _TWO_PI
         return _Gauss(mean=mean, second=var + mean ** 2, cross=cross, d2=d2, dcross=dcross)
+
+
+def _gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """φ(x) = x(1 + tanh(c(x + 0.044715x³)))/2, c = √(2/π), and φ'(x)."""
+    c = math.sqrt(2 / math.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def _silu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """φ(x) = x·sigmoid(x) and φ'(x) = s(1 + x(1 − s))."""
+    s = 0.5 * (1 + np.tanh(0.5 * x))
+    return x * s, s * (1 + x * (1 - s))
+
+
+SMOOTH = {"gelu_tanh": _gelu_tanh, "silu": _silu}
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(128)
+_GH_W = _GH_W / _GH_W.sum()
+SMOOTH_SECOND_MAX = 8.0     # E x² up to which the 128-node rule agrees with 170 nodes to 1e-6 (tests/test_hf.py)
+
+
+@lru_cache(maxsize=4096)
+def _smooth_gauss(name: str, mean: float, var: float, corr: float) -> _Gauss:
+    """The Gaussian expectations of `Smooth` by 128 × 128-node Gauss–Hermite quadrature."""
+    s, r = math.sqrt(var), max(-1.0, min(1.0, corr))
+    g1, g2 = _GH_X[:, None], _GH_X[None, :]
+    w = _GH_W[:, None] * _GH_W[None, :]
+    f, df = SMOOTH[name](mean + s * _GH_X)
+    fu, dfu = SMOOTH[name](mean + s * g1)
+    fv, dfv = SMOOTH[name](mean + s * (r * g1 + math.sqrt(max(0.0, 1 - r * r)) * g2))
+    return _Gauss(mean=float(_GH_W @ f), second=float(_GH_W @ (f * f)), cross=float((w * fu * fv).sum()),
+                  d2=float(_GH_W @ (df * df)), dcross=float((w * dfu * dfv).sum()))
+
+
+@dataclass(frozen=True)
+class Smooth(_Pointwise):
+    """A smooth activation without a closed-form map, by name (`SMOOTH`): ``"gelu_tanh"`` (the tanh-approximated
+    GeLU x(1 + tanh(√(2/π)(x + 0.044715x³)))/2 of GPT-2's "gelu_new") or ``"silu"`` (x·sigmoid(x), LLaMA's
+    gate). Any input mean. The Gaussian expectations (`_Pointwise`) are 1-D and 2-D Gauss–Hermite quadratures
+    with 128 nodes per axis, which converge exponentially for these entire functions; the bend of φ (width ~1)
+    needs more nodes as the input scale grows, so an input with E x² > `SMOOTH_SECOND_MAX` (where 128 and 170
+    nodes differ by more than 1e-6) raises NotImplementedError. tests/test_hf.py checks the rule against more
+    nodes and against Monte Carlo."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in SMOOTH:
+            raise ValueError(f"Smooth activation must be one of {tuple(SMOOTH)}, got {self.name!r}")
+
+    def _gauss(self, m: Moments) -> _Gauss:
+        _require_var(m, f"Smooth({self.name!r})")
+        if m.var + m.mean ** 2 > SMOOTH_SECOND_MAX:
+            raise NotImplementedError(f"Smooth({self.name!r}) with input E x² = {m.var + m.mean ** 2:.3g} > "
+                                      f"{SMOOTH_SECOND_MAX}: beyond the range its quadrature resolves")
+        return _smooth_gauss(self.name, m.mean, m.var, m.corr)

@@ -1,0 +1,206 @@
+"""`predict`: the per-sublayer moments of a `transformers` model at init, walked from its own modules.
+
+As `sigprop.models.predict` does for sigprop models, every HF module the forward pass runs is mapped to its
+`sigprop.theory.moments` component, read off the module: widths, heads, causal mask, logit scale, dropout
+rates (in the model's train/eval mode), the residual weights `sigprop.hf.apply` registered (α = β = 1
+without them), and each weight's init variance. That variance is the std `apply` drew the weight with
+(`sigprop.hf.base.record_std`); on a model `apply` never touched, the std HF's own init draws it with, from
+the config (`Family.hf_init_std`, the rule of the family's ``_init_weights``): a model straight from its
+config, not a trained or loaded one. Biases must be zero and norm gains one (as both inits leave them).
+
+The family adapter (`Family`) says which module computes what: `Family.input_maps` (embedding tables, their
+norm and dropout: the stream entering the first block, record layer 0), `Family.branch_maps` (the attention
+or MLP branch of one residual site, its dropout included), `Family.site_norm`, `Family.final_norm` and
+`Family.head_maps` (what lies between the last block and the output `diagnose` differentiates). The chain
+composes them like `sigprop.nn.Sublayer`: Pre-LN x ← αx + βD(f(N(x))), Post-LN x ← N(αx + βD(f(x)))
+(`PostNormResidual`, its input a previous norm's output), a norm replaced by the identity (``shaped``) drops
+out. Backward: from logits with unit gradient variance, as `diagnose`'s random-projection loss; a causal
+stack as `sigprop.models.predict` traces a decoder, a bidirectional one with `trace_bwd`.
+
+A module, option or input without an exact map raises NotImplementedError naming it (RoPE with a non-zero
+frequency, the tanh-GeLU beyond its quadrature range, padding masks, a classification head, ...).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from ..models.predict import _backward, _records
+from ..nn import Residual as ResidualModule
+from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
+from ..records import Record
+from ..theory.moments.attention import Attention
+from ..theory.moments.blocks import serial
+from ..theory.moments.dropout import Dropout
+from ..theory.moments.linear import Linear
+from ..theory.moments.norm import LayerNorm, RMSNorm
+from ..theory.moments.pointwise import GeLU, Smooth
+from ..theory.moments.postnorm import PostNormResidual, trace_bwd
+from ..theory.moments.residual import Residual
+from ..theory.moments.state import Component, Moments
+from .apply import family_of
+from .base import recorded_std
+
+MODES = ("eval", "train")
+# HF activation classes (transformers.activations) → their maps; GELUActivation is the exact-erf GeLU
+ACTIVATIONS = {"GELUActivation": GeLU, "NewGELUActivation": lambda: Smooth("gelu_tanh"),
+               "FastGELUActivation": lambda: Smooth("gelu_tanh"), "GELUTanh": lambda: Smooth("gelu_tanh"),
+               "PytorchGELUTanh": lambda: Smooth("gelu_tanh"), "SiLUActivation": lambda: Smooth("silu"),
+               "SiLU": lambda: Smooth("silu")}
+
+
+@contextmanager
+def in_mode(model: nn.Module, mode: str) -> Iterator[None]:
+    """Run the body with every module of ``model`` in ``mode`` ("eval" | "train"), then put each module's own
+    train/eval state back."""
+    if mode not in MODES:
+        raise ValueError(f"sigprop.hf: mode must be one of {list(MODES)}, got {mode!r}")
+    training = {m: m.training for m in model.modules()}
+    model.train(mode == "train")
+    try:
+        yield
+    finally:
+        for m, was in training.items():
+            m.training = was
+
+
+class Walk:
+    """The model being walked, and the lookups every family map needs: init variances, module components."""
+
+    def __init__(self, model: nn.Module, batch: Any) -> None:
+        self.model, self.family, self.batch, self.ids = model, family_of(model), batch, batch_ids(batch)
+        self.applied = getattr(model, "sigprop_config", None) is not None
+
+    def var(self, tensor: torch.Tensor, role: str, what: str) -> float:
+        """σ² of the Gaussian ``tensor`` (a parameter or a fused slice) was drawn from: recorded by `apply`, else
+        the family's HF init rule for ``role``."""
+        std = recorded_std(tensor)
+        if std is None:
+            if self.applied:
+                raise NotImplementedError(f"{what} has no std recorded by sigprop.hf.apply (apply(reinit=False) "
+                                          "keeps weights whose init law is unknown)")
+            std = self.family.hf_init_std(self.model.config, role)
+        return std ** 2
+
+    def table_var(self, table: nn.Embedding, role: str, what: str) -> float:
+        """`var` of an embedding table; HF's init zeroes the padding row, which the batch must not read."""
+        pad = table.padding_idx
+        if not self.applied and pad is not None and bool((self.ids == pad).any()):
+            raise NotImplementedError(f"{what}: the batch holds padding id {pad}, whose row HF's init sets to zero; "
+                                      "the embedding map describes i.i.d. rows")
+        return self.var(table.weight, role, what)
+
+    def linear(self, module: nn.Module, role: str, what: str) -> Linear:
+        """An nn.Linear (weight (out, in)) or transformers Conv1D (weight (in, out)) with zero bias."""
+        zero_bias(module, what)
+        w = module.weight
+        d_out, d_in = tuple(w.shape) if isinstance(module, nn.Linear) else tuple(w.shape[::-1])
+        return Linear(d_in, d_out, self.var(w, role, f"{what}.weight"))
+
+    def component(self, module: nn.Module, what: str) -> Component | None:
+        """A norm, activation or dropout module's map; None for the identity (a norm ``shaped`` removed)."""
+        if isinstance(module, nn.Identity):
+            return None
+        if type(module).__name__.endswith("RMSNorm") and not isinstance(module, nn.RMSNorm):
+            _unit_affine(module, what)                               # LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm
+            return RMSNorm(module.weight.numel())
+        name = type(module).__name__
+        if name in ACTIVATIONS:
+            return ACTIVATIONS[name]()
+        return component_of(module, what)
+
+    def attention(self, module: nn.Module, L: int, variances: tuple[float, float, float, float], n_heads: int,
+                  d: int, causal: bool, p: float) -> Attention:
+        """The attention map of an HF attention module with projection variances (q, k, v, o): its ``scaling``
+        (softmax) or its `ShapedMix` (τ₀, γ₁, γ₂: shaped), attention-probability dropout ``p``."""
+        q, k, v, o = variances
+        shape = getattr(module, "sigprop_shape", None)
+        if shape is None:
+            q *= attention_logit_factor(module.scaling, (d // n_heads) ** 0.5)
+            return Attention(d, n_heads, L, q, k, v, o, p=p, causal=causal)
+        return Attention(d, n_heads, L, q, k, v, o, p=p, causal=causal, shaped=True, tau0=shape.tau0,
+                         gamma1=scalar(shape.gamma1, 1.0, "shaped attention gamma1"),
+                         gamma2=scalar(shape.gamma2, 1.0, "shaped attention gamma2"))
+
+    def chain(self, L: int) -> tuple[list[tuple[int, str] | None], list[Component]]:
+        """The model as moment maps from ids to its output, with each output's record label."""
+        family, base = self.family, self.model.base_model
+        inputs = [c for c in family.input_maps(self, base) if c is not None]
+        labels: list[tuple[int, str] | None] = [None] * (len(inputs) - 1) + [(0, "embed")]
+        chain: list[Component] = list(inputs)
+        normalized = _normalized(inputs)
+        sites = [(i, block, site.kind) for i, block in enumerate(family.blocks(base)) for site in family.sites(block)]
+        for n, (i, block, kind) in enumerate(sites):
+            residual = getattr(block, f"sigprop_{kind}_residual", None)
+            alpha, beta = residual.values() if isinstance(residual, ResidualModule) else (1.0, 1.0)
+            branch = [c for c in family.branch_maps(self, block, kind, L) if c is not None]
+            norm = self.component(family.site_norm(block, kind), f"layer {i} {kind} norm")
+            if norm is None:
+                chain.append(Residual(alpha, beta, serial(*branch)))
+            elif family.placement == "pre":
+                chain.append(Residual(alpha, beta, serial(norm, *branch)))
+            else:
+                if n == 0 and normalized is None:
+                    raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
+                                              "norm's input is neither normalized nor Gaussian")
+                centered = isinstance(norm, LayerNorm)
+                chain.append(PostNormResidual(alpha, beta, serial(*branch), norm.d, centered,
+                                              normalized_input=n > 0 or normalized,
+                                              upstream_align=(2.0 if centered else 1.0) if n == len(sites) - 1 else 0.0))
+            labels.append((i + 1, kind))
+        tail = [c for c in (self.component(family.final_norm(base), "final norm"),) if c is not None]
+        tail += [c for c in family.head_maps(self, self.model) if c is not None]
+        return labels + [None] * len(tail), chain + tail
+
+
+def _normalized(inputs: list[Component]) -> bool | None:
+    """Whether the stream entering the first block is a norm's output: True, False (a sum of tables), or None for
+    a norm output through active dropout."""
+    last, before = inputs[-1], inputs[-2] if len(inputs) > 1 else None
+    if isinstance(last, (LayerNorm, RMSNorm)):
+        return True
+    if isinstance(last, Dropout) and isinstance(before, (LayerNorm, RMSNorm)):
+        return True if last.p == 0 else None
+    return False
+
+
+def batch_ids(batch: Any) -> torch.Tensor:
+    """The input ids of ``batch`` (a tensor or a dict of model kwargs); refuses what the maps do not describe: a
+    padding mask, explicit position ids, input embeddings."""
+    if not isinstance(batch, dict):
+        return batch
+    for key in ("position_ids", "inputs_embeds"):
+        if batch.get(key) is not None:
+            raise NotImplementedError(f"hf.predict: batch key {key!r} has no moment map (ids only)")
+    mask = batch.get("attention_mask")
+    if mask is not None and not bool(mask.bool().all()):
+        raise NotImplementedError("hf.predict: a padding attention_mask has no moment map (every key visible)")
+    return batch["input_ids"]
+
+
+def collision(ids: torch.Tensor) -> float:
+    """Σ_v (n_v/N)²: the batch's probability that two positions hold the same id."""
+    return (torch.bincount(ids.flatten()).double() / ids.numel()).square().sum().item()
+
+
+def predict(model: nn.Module, batch: Any, mode: str = "eval") -> list[Record]:
+    """Predicted records of a `transformers` model (GPT-2, LLaMA or BERT family) on ``batch``, in the schema,
+    labels and order of `sigprop.hf.diagnose` (layer 0 = the stream entering the first block, then one record per
+    sublayer), read off its modules in ``mode`` (module docstring); the batch enters through its length, its
+    token-collision probability and (BERT) its token types. Raises NotImplementedError naming a module, option
+    or input without an exact map."""
+    walk = Walk(model, batch)
+    stack = "dec" if walk.family.mirror(model.config)["arch"] == "decoder" else "enc"
+    L = walk.ids.shape[-1]
+    with in_mode(model, mode):
+        labels, chain = walk.chain(L)
+    states = serial(*chain).trace(Moments(0.0, 1.0, 0.0))
+    g_out = Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+    if stack == "dec":
+        return _records(labels, _backward(SimpleNamespace(placement=walk.family.placement), chain, states, g_out, L),
+                        stack)
+    return _records(labels, trace_bwd(chain, states, g_out), stack)
