@@ -1,0 +1,92 @@
+"""Gradient spread through depth of a 48-layer DSLM Post-LN decoder at init, with the real LM loss.
+
+    OMP_NUM_THREADS=1 python bench/postln_spread.py          # prints the table of bench/RESULTS.md
+
+For each width and for both of DSLM's V/O rules — the token Gram recursion (`sigprop.schemes.dslm`, used up
+to `GRAM_MAX_TOKENS` tokens) and the mean-correlation recursion it replaced below that length — over
+`SEEDS` float64 networks, each on its own 8 validation sequences of the embedded corpus (`configs/tiny_decoder.toml`
+data, BPE vocabulary 512, 64 tokens):
+
+* stream: max/min over sublayer outputs of the seed-mean gradient variance (`sigprop.diagnostics.measure`),
+  with the cross-entropy of the next token ("LM") and with measure's random-projection loss ("proj"), beside
+  `predict`'s (which assumes the random projection);
+* weights: max/min over layers of the seed-mean gradient norm of each weight kind (all of a block's
+  matrices, Q, V, O, the two MLP matrices), LM loss.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sigprop import ModelConfig, build_model
+from sigprop.diagnostics import measure
+from sigprop.models import predict
+from sigprop.schemes import dslm
+from sigprop.train import load_config, prepare_data
+from sigprop.train.sampler import generator
+
+SEEDS, LAYERS, WIDTHS, SEQ = 8, 48, (128, 256), 64
+ROOT = Path(__file__).resolve().parents[1]
+WEIGHTS = {"block": lambda b: [p for p in b.parameters() if p.ndim >= 2],
+           "Q": lambda b: [b.attn.fn.q_proj.weight], "V": lambda b: [b.attn.fn.v_proj.weight],
+           "O": lambda b: [b.attn.fn.o_proj.weight], "MLP in": lambda b: [b.mlp.fn.fc1.weight],
+           "MLP out": lambda b: [b.mlp.fn.fc2.weight]}
+
+
+def lm_loss(targets: torch.Tensor):
+    return lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+
+
+def ratio(rows: list[list[float]]) -> float:
+    """max/min over depth of the mean over seeds."""
+    mean = np.mean(rows, 0)
+    return float(mean.max() / mean.min())
+
+
+def spreads(cfg: ModelConfig, data) -> dict[str, float]:
+    stream = {"LM": [], "proj": []}
+    weights = {k: [] for k in WEIGHTS}
+    for seed in range(SEEDS):
+        batch = data.val.batch(torch.arange(seed * 8, seed * 8 + 8), generator(0, seed))
+        (ids,), targets = batch.inputs, batch.targets
+        for loss, fn in (("LM", lm_loss(targets)), ("proj", None)):
+            torch.manual_seed(seed)
+            stream[loss].append([r.grad_var for r in measure(build_model(cfg).double(), ids, loss_fn=fn, seed=seed,
+                                                             attention_stats=False)])
+        torch.manual_seed(seed)
+        model = build_model(cfg).double()
+        lm_loss(targets)(model(ids)).backward()
+        for kind, params in WEIGHTS.items():
+            weights[kind].append([sum(float(p.grad.pow(2).sum()) for p in params(b)) ** 0.5 for b in model.stack.blocks])
+    pred = np.array([r.grad_var for r in predict(cfg, seq_len=SEQ)])
+    return {"stream LM": ratio(stream["LM"]), "stream proj": ratio(stream["proj"]),
+            "stream predicted": float(pred.max() / pred.min()), **{k: ratio(v) for k, v in weights.items()}}
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = load_config(ROOT / "configs" / "tiny_decoder.toml",
+                          ["data.max_chars=200000", f"data.seq_len={SEQ}", "train.progress=false",
+                           f"train.out_dir={tmp}"])
+        data = prepare_data(run, Path(tmp))
+        rows = []
+        for rule in ("Gram recursion", "mean recursion"):
+            if rule == "mean recursion":
+                dslm.theory_dslm.GRAM_MAX_TOKENS = 0          # every length takes the mean recursion
+                dslm.block_correlations.cache_clear()
+            for d in WIDTHS:
+                cfg = ModelConfig(arch="decoder", vocab_size=run.model.vocab_size, d_model=d, n_heads=4,
+                                  n_layers=LAYERS, max_seq_len=SEQ, scheme="dslm", norm="postln")
+                rows.append((rule, d, spreads(cfg, data)))
+    keys = list(rows[0][2])
+    print("| V/O rule | width | " + " | ".join(keys) + " |\n|---|---|" + "---|" * len(keys))
+    for rule, d, s in rows:
+        print(f"| {rule} | {d} | " + " | ".join(f"{s[k]:.2f}" for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
