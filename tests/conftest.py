@@ -16,7 +16,6 @@ from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
-
 import pytest
 import torch
 

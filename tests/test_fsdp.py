@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import build_model
 from sigprop.records import to_rows
@@ -15,8 +16,6 @@ from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, 
 from sigprop.train.run import seed_everything
 from sigprop.train.sampler import generator
 from sigprop.train.trainer import DIAG_STREAM
-
-from conftest import CONFIGS, FAST_TRAIN
 from test_train_ddp import curve
 from test_train_ddp import torchrun as run_ranks
 

@@ -3,10 +3,9 @@ import dataclasses
 import importlib
 import inspect
 import math
-
-import numpy as np
 import statistics
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,8 +15,11 @@ transformers = pytest.importorskip("transformers")
 import sigprop.hf as hf  # noqa: E402
 from sigprop import ModelConfig, build_model  # noqa: E402
 from sigprop.diagnostics import measure  # noqa: E402
+from sigprop.hf.apply import family_of  # noqa: E402
+from sigprop.models.predict import predict as sigprop_predict  # noqa: E402
 from sigprop.schemes import dslm  # noqa: E402
 from sigprop.theory import gated  # noqa: E402
+from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise  # noqa: E402
 from test_diagnostics import grads_as_found  # noqa: E402
 
 V = 256
@@ -494,7 +496,7 @@ def test_reinit_false_restores_a_saved_model(scheme):
 
 def test_unsupported_models_and_schemes_raise_clear_errors():
     opt = transformers.OPTForCausalLM(transformers.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
-                                                              ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))
+                                                             ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))
     with pytest.raises(ValueError, match=r"model_type in \('gpt2', 'bert', 'llama'.*got OPTForCausalLM.*'opt'"):
         hf.apply(opt, "dslm")
     with pytest.raises(ValueError, match="deepnorm.*Post-LN.*'bert'"):
@@ -548,11 +550,6 @@ def test_every_parameter_is_initialized_by_its_role():
 
 # --- predict: moments walked from the HF modules, against the measurement -----------------------
 
-from sigprop.hf.apply import family_of  # noqa: E402
-from sigprop.models.predict import predict as sigprop_predict  # noqa: E402
-from sigprop.theory.moments import GatedMLP, Moments, Smooth  # noqa: E402
-from sigprop.theory.moments import pointwise  # noqa: E402
-
 
 def rope_off(model: torch.nn.Module) -> torch.nn.Module:
     """A LLaMA whose rotary embedding is the identity (every frequency zero), the one RoPE with a moment map."""
@@ -599,12 +596,14 @@ def test_gated_mlp_map_matches_monte_carlo():
     vg, vu, vd = 1.5 / d, 0.8 / d, 1.2 / d_ff
     fwd, corr, gvar, gcorr = [], [], [], []
     for _ in range(200):
-        x = math.sqrt(r) * torch.randn(1, d, dtype=torch.float64) + math.sqrt(1 - r) * torch.randn(L, d, dtype=torch.float64)
+        x = (math.sqrt(r) * torch.randn(1, d, dtype=torch.float64)
+             + math.sqrt(1 - r) * torch.randn(L, d, dtype=torch.float64))
         x = (x * math.sqrt(d) / x.norm(dim=-1, keepdim=True)).requires_grad_()
         wg, wu = (torch.randn(d, d_ff, dtype=torch.float64) * math.sqrt(v) for v in (vg, vu))
         wd = torch.randn(d_ff, d, dtype=torch.float64) * math.sqrt(vd)
         y = (F.silu(x @ wg) * (x @ wu)) @ wd
-        g = math.sqrt(rg) * torch.randn(1, d, dtype=torch.float64) + math.sqrt(1 - rg) * torch.randn(L, d, dtype=torch.float64)
+        g = (math.sqrt(rg) * torch.randn(1, d, dtype=torch.float64)
+             + math.sqrt(1 - rg) * torch.randn(L, d, dtype=torch.float64))
         (y * g).sum().backward()
         off = ~torch.eye(L, dtype=torch.bool)
         fwd.append(y.square().mean().item())
@@ -658,7 +657,7 @@ def relative_errors(family: str, scheme: str | None, seeds: int = 12, layers: in
         predicted = hf.predict(model, ids)
     assert [(r.layer, r.sublayer, r.stack) for r in predicted] == [(r.layer, r.sublayer, r.stack) for r in runs[0]]
     assert all(r.source == "predicted" for r in predicted)
-    mean = lambda field, i: statistics.mean(getattr(run[i], field) for run in runs)      # noqa: E731
+    mean = lambda field, i: statistics.mean(getattr(run[i], field) for run in runs)
     fwd = [abs(mean("fwd_var", i) / p.fwd_var - 1) for i, p in enumerate(predicted) if p.layer > 0]
     grad = [abs(mean("grad_var", i) / p.grad_var - 1) for i, p in enumerate(predicted)]
     return fwd, grad

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from conftest import assert_first_adamw_step
 
 transformers = pytest.importorskip("transformers")
@@ -80,7 +81,8 @@ def test_branch_multipliers_are_the_schemes_residual(family, scheme, transfer):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
 def test_mup_attention_logits_use_one_over_d_head(family):
-    """μP: QKᵀ·√d_head₀/d_head (d_head 16, d_head₀ 4: 1/8 instead of 1/4); the standard parametrization keeps 1/√d_head."""
+    """μP: QKᵀ·√d_head₀/d_head (d_head 16, d_head₀ 4: 1/8 instead of 1/4); the standard parametrization keeps
+    1/√d_head."""
     model = MODELS[family](d=64)
     cfg = hf.apply(model, "dslm", parametrization="mup", base_width=16)
     attns = family_of(model).attentions(model.base_model)

@@ -43,7 +43,8 @@ def torchrun(tmp_path: Path, config: str, sets: list[str], timeout_s: float = 30
 
 
 def curve(out: Path) -> list[tuple[str, int, float]]:
-    return [(r["kind"], r["step"], r["loss"]) for r in read_jsonl(out / "metrics.jsonl") if r["kind"] in ("train", "eval")]
+    return [(r["kind"], r["step"], r["loss"]) for r in read_jsonl(out / "metrics.jsonl")
+            if r["kind"] in ("train", "eval")]
 
 
 def test_two_gloo_ranks_match_one_process(tmp_path):

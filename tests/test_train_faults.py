@@ -14,8 +14,17 @@ import pytest
 import torch
 
 from conftest import CONFIGS, FAST_TRAIN, train_argv
-from sigprop.train import (Callback, CheckpointError, NonFiniteLossError, list_checkpoints, load_config,
-                           load_run, read_jsonl, train, train_main)
+from sigprop.train import (
+    Callback,
+    CheckpointError,
+    NonFiniteLossError,
+    list_checkpoints,
+    load_config,
+    load_run,
+    read_jsonl,
+    train,
+    train_main,
+)
 
 FAST = [*FAST_TRAIN, "train.eval_batches=1", "optim.warmup_steps=3", "model.dropout=0.1"]
 
@@ -25,7 +34,8 @@ def cfg_for(out: Path, *sets: str):
 
 
 def losses(out: Path) -> list[tuple[str, int, float]]:
-    return [(r["kind"], r["step"], r["loss"]) for r in read_jsonl(out / "metrics.jsonl") if r["kind"] in ("train", "eval")]
+    return [(r["kind"], r["step"], r["loss"]) for r in read_jsonl(out / "metrics.jsonl")
+            if r["kind"] in ("train", "eval")]
 
 
 class StopAt(Callback):

@@ -10,9 +10,8 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
 from sigprop.train import load_config, read_jsonl, train
 from sigprop.train.callbacks import Callback
-from sigprop.train.run import flushed_denormals
 from sigprop.train.parallel import autocast
-
+from sigprop.train.run import flushed_denormals
 
 
 def test_bf16_run_trains(tmp_path):
