@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN
+from helpers import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model, calibrate, predict
 from sigprop.nn import Residual

@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from conftest import FAST_TRAIN, train_argv
+from helpers import FAST_TRAIN, cached_logits, gpt2, llama, logits, train_argv
 from sigprop import ModelConfig, build_model, cli, grow
 from sigprop.diagnostics import measure
 from sigprop.models.grow import plan
@@ -175,7 +175,6 @@ def test_dslm_growth_keeps_unit_moments_and_freezes_old_branch_scales(placement)
 @pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2"])
 def test_identity_growth_of_transformers_models(family):
     pytest.importorskip("transformers")
-    from test_hf import cached_logits, gpt2, llama, logits
 
     torch.manual_seed(0)
     model = (gpt2(3) if family == "gpt2" else llama(3, model_type=family)).eval()
@@ -194,7 +193,6 @@ def test_identity_growth_of_transformers_models(family):
 def test_transformers_refusals():
     pytest.importorskip("transformers")
     import sigprop.hf as hf
-    from test_hf import gpt2
 
     with pytest.raises(ValueError, match="inverse_layer_idx"):
         grow(gpt2(2, scale_attn_by_inverse_layer_idx=True), 4, "identity")

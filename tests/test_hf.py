@@ -1,7 +1,6 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
 import dataclasses
 import importlib
-import inspect
 import math
 import statistics
 
@@ -13,6 +12,8 @@ import torch.nn.functional as F
 transformers = pytest.importorskip("transformers")
 
 import sigprop.hf as hf  # noqa: E402
+from helpers import HF_VOCAB as V  # noqa: E402
+from helpers import MODELS, NO_SPECIAL, bert, cached_logits, gpt2, grads_as_found, llama, logits  # noqa: E402
 from sigprop import ModelConfig, build_model  # noqa: E402
 from sigprop.diagnostics import measure  # noqa: E402
 from sigprop.hf.apply import family_of  # noqa: E402
@@ -20,49 +21,6 @@ from sigprop.models.predict import predict as sigprop_predict  # noqa: E402
 from sigprop.schemes import dslm  # noqa: E402
 from sigprop.theory import gated  # noqa: E402
 from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise  # noqa: E402
-from test_diagnostics import grads_as_found  # noqa: E402
-
-V = 256
-NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-
-
-def gpt2(layers: int, d: int = 32, **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, n_embd=d, n_layer=layers, n_head=4, n_positions=64, resid_pdrop=0.0,
-               embd_pdrop=0.0, attn_pdrop=0.0, **NO_SPECIAL) | kw
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg))
-
-
-def bert(layers: int, d: int = 32, **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=4 * d,
-               max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **NO_SPECIAL) | kw
-    return transformers.BertForMaskedLM(transformers.BertConfig(**cfg))
-
-
-def llama(layers: int, d: int = 32, model_type: str = "llama", **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-               intermediate_size=3 * d, max_position_embeddings=64, **NO_SPECIAL) | kw
-    config = transformers.AutoConfig.for_model(model_type, **cfg)
-    return transformers.AutoModelForCausalLM.from_config(config)
-
-
-MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama}
-
-
-def logits(model: torch.nn.Module, ids: torch.Tensor, **kw) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids, **kw).logits
-
-
-def cached_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """Logits of ``ids`` fed token by token through the KV cache (``past_key_values`` became ``cache`` in 5.x)."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    cache, steps = None, []
-    with torch.no_grad():
-        for i in range(ids.shape[1]):
-            out = model(ids[:, i:i + 1], use_cache=True, **{name: cache})
-            cache, steps = getattr(out, name), steps + [out.logits]
-    return torch.cat(steps, 1)
-
 
 # --- the new moment rules, against Monte Carlo -------------------------------------------------
 

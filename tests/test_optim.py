@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_first_adamw_step
+from helpers import assert_first_adamw_step
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import Attention
 from sigprop.schemes import OptimRule, ParamInfo, Site, get_scheme

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_first_adamw_step
+from helpers import assert_first_adamw_step
 
 transformers = pytest.importorskip("transformers")
 

@@ -4,7 +4,7 @@ agree with fp32 to bf16's rounding (tolerances below, each about 3x the value me
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN
+from helpers import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
