@@ -9,18 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
-import sigprop.hf as hf  # noqa: E402
-from helpers import HF_VOCAB as V  # noqa: E402
-from helpers import MODELS, NO_SPECIAL, bert, cached_logits, gpt2, grads_as_found, llama, logits  # noqa: E402
-from sigprop import ModelConfig, build_model  # noqa: E402
-from sigprop.diagnostics import measure  # noqa: E402
-from sigprop.hf.apply import family_of  # noqa: E402
-from sigprop.models.predict import predict as sigprop_predict  # noqa: E402
-from sigprop.schemes import dslm  # noqa: E402
-from sigprop.theory import gated  # noqa: E402
-from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise  # noqa: E402
+import transformers
+
+import sigprop.hf as hf
+from helpers import HF_VOCAB as V
+from helpers import MODELS, NO_SPECIAL, bert, cached_logits, gpt2, grads_as_found, llama, logits
+from sigprop import ModelConfig, build_model
+from sigprop.diagnostics import measure
+from sigprop.hf.apply import family_of
+from sigprop.models.predict import predict as sigprop_predict
+from sigprop.schemes import dslm
+from sigprop.theory import gated
+from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise
+
 
 # --- the new moment rules, against Monte Carlo -------------------------------------------------
 

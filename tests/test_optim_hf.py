@@ -7,12 +7,14 @@ import torch
 
 from helpers import assert_first_adamw_step
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
-import sigprop.hf as hf  # noqa: E402
-from sigprop.hf.apply import family_of  # noqa: E402
-from sigprop.hf.optim import param_rules  # noqa: E402
-from sigprop.schemes import Site, get_scheme  # noqa: E402
+import transformers
+
+import sigprop.hf as hf
+from sigprop.hf.apply import family_of
+from sigprop.hf.optim import param_rules
+from sigprop.schemes import Site, get_scheme
 
 V = 64
 
