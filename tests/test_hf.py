@@ -24,7 +24,6 @@ from sigprop.schemes import dslm
 from sigprop.theory import gated
 from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise
 
-
 # --- the new moment rules, against Monte Carlo -------------------------------------------------
 
 def test_gated_output_moment_matches_monte_carlo():
