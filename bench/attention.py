@@ -103,7 +103,8 @@ def main() -> None:
         s, f, e = (row.get(m, {}) for m in METHODS)
         nan = float("nan")
         print(f"{seq:6d} | {s.get('seconds', nan):8.3f} {f.get('seconds', nan):8.3f} {e.get('seconds', nan):10.3f} | "
-              f"{f.get('seconds', nan) / s.get('seconds', nan):10.2f} {e.get('seconds', nan) / f.get('seconds', nan):14.2f} | "
+              f"{f.get('seconds', nan) / s.get('seconds', nan):10.2f} "
+              f"{e.get('seconds', nan) / f.get('seconds', nan):14.2f} | "
               f"{s.get('peak_mib', nan):9.0f} {f.get('peak_mib', nan):9.0f} {e.get('peak_mib', nan):12.0f}", flush=True)
 
 

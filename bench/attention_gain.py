@@ -77,7 +77,8 @@ def table(rs: list[dict]) -> str:
             err = row[k] / row["mc"] - 1
             worst[k] = max(worst[k], abs(err))
             cells.append(f"{row[k]:.4f} ({100 * err:+.1f}%)")
-        lines.append(f"| {row['causal']} | {row['L']} | {row['r']} | {row['mc']:.4f} ± {row['se']:.4f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row['causal']} | {row['L']} | {row['r']} | {row['mc']:.4f} ± {row['se']:.4f} | "
+                     + " | ".join(cells) + " |")
     lines.append("| | | | worst relative error | " + " | ".join(f"{100 * w:.1f}%" for w in worst.values()) + " |")
     return "\n".join(lines)
 

@@ -134,8 +134,8 @@ def cases(args: argparse.Namespace) -> list[dict]:
     """Every (shape, mode) in its own subprocess with empty compile caches, so compile time and peak memory
     are its own."""
     rows = []
-    print(f"| shape | mode | params | first step s (incl. compile) | step s (best) | step s (median) | "
-          f"GFLOP/s | peak MiB |\n|---|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    print("| shape | mode | params | first step s (incl. compile) | step s (best) | step s (median) | "
+          "GFLOP/s | peak MiB |\n|---|---|---:|---:|---:|---:|---:|---:|", flush=True)
     for s in args.shapes:
         for mode in args.modes:
             cmd = [sys.executable, __file__, "one", s, mode, *common_argv(args)]
@@ -143,7 +143,8 @@ def cases(args: argparse.Namespace) -> list[dict]:
                 env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": cache}
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             if out.returncode != 0:
-                print(f"| {s} | {mode} | failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:120]} |||||", flush=True)
+                last = (out.stderr.strip().splitlines() or ["?"])[-1][:120]
+                print(f"| {s} | {mode} | failed: {last} |||||", flush=True)
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(r)
@@ -163,7 +164,8 @@ def ratio(args: argparse.Namespace) -> list[dict]:
             r.samples.append(r.timed())
     ref = runners[0].flops() / min(runners[0].samples)
     rows = []
-    print("| shape | mode | params | s/step best | s/step median | GFLOP/s | vs first row |\n|---|---|---:|---:|---:|---:|---:|")
+    print("| shape | mode | params | s/step best | s/step median | GFLOP/s | vs first row |\n"
+          "|---|---|---:|---:|---:|---:|---:|")
     for r in runners:
         g = r.flops() / min(r.samples)
         rows.append({"shape": f"{r.layers}x{r.width}", "mode": r.mode, "params_m": r.n_params / 1e6,

@@ -13,6 +13,7 @@ final correlation ρ^{01} and variance V^{00}. Achieved GFLOP/s counts the matmu
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -65,7 +66,8 @@ def main() -> None:
             ("gram", torch.float32, S), ("weights", torch.float64, Sw)]
     rows, finals = [], {}
     for method, dtype, samples in runs:
-        V, t = timed(lambda: ensemble.simulate(samples=samples, seed=len(rows), method=method, dtype=dtype, **kw))
+        V, t = timed(functools.partial(ensemble.simulate, samples=samples, seed=len(rows), method=method, dtype=dtype,
+                                       **kw))
         finals.setdefault(method, V[:, -1].double())
         rows.append((method, dtype, samples, t, flops[method] * samples / t / 1e9 if method in flops else None))
     print(f"load average after: {os.getloadavg()}\n")

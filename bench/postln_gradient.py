@@ -17,8 +17,7 @@ import torch
 
 from sigprop.diagnostics import measure
 from sigprop.experiments.outputs import progress
-from sigprop.models import ModelConfig, build_model
-from sigprop.models import predict
+from sigprop.models import ModelConfig, build_model, predict
 
 
 def main() -> None:

@@ -30,8 +30,8 @@ def ln(t: torch.Tensor) -> torch.Tensor:
 def upstream(y: torch.Tensor, rg: float, gen: torch.Generator) -> torch.Tensor:
     """Unit per-feature gradient at y, token correlation ``rg``, projected ⊥ {1, y_i} per token."""
     n, L, d = y.shape
-    g = rg ** 0.5 * torch.randn(n, 1, d, generator=gen, dtype=DT) + (1 - rg) ** 0.5 * torch.randn(n, L, d, generator=gen,
-                                                                                                  dtype=DT)
+    g = (rg ** 0.5 * torch.randn(n, 1, d, generator=gen, dtype=DT)
+         + (1 - rg) ** 0.5 * torch.randn(n, L, d, generator=gen, dtype=DT))
     yd = y.detach()
     g = g - g.mean(-1, keepdim=True)
     return (g - (g * yd).sum(-1, keepdim=True) * yd / (yd * yd).sum(-1, keepdim=True)) * math.sqrt(d / (d - 2))

@@ -23,8 +23,7 @@ SIZE = {"arch": "decoder", "d_model": 256, "n_heads": 4, "max_seq_len": 128, "vo
 
 def one(scheme: str, norm: str | None, layers: int, seq: int) -> tuple[float, float]:
     """Seconds for a first and a second predict in this process."""
-    from sigprop.models import ModelConfig
-    from sigprop.models import predict
+    from sigprop.models import ModelConfig, predict
     cfg = ModelConfig(scheme=scheme, norm=norm, n_layers=layers, **SIZE)
     times = []
     for _ in range(2):

@@ -11,13 +11,14 @@ vocabulary 512 (the depth-transfer settings).
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from sigprop.train.config import from_mapping, RunConfig
+from sigprop.train.config import RunConfig, from_mapping
 from sigprop.train.corpus import load_documents, split_documents
 from sigprop.train.data import prepare_data
 from sigprop.train.sweep import SweepSpec, pin_tokenizers, point_id, resolve, run_point
@@ -62,7 +63,7 @@ def main() -> None:
         pinned = from_mapping(RunConfig, raw)
         rows["prepare_data (pinned tokenizer)"] = timed(lambda: prepare_data(pinned, Path(tmp), save_tokenizer=False))
         for method in ("fork", "spawn"):
-            rows[f"worker process start ({method} + imports)"] = timed(lambda: start_worker(method))
+            rows[f"worker process start ({method} + imports)"] = timed(functools.partial(start_worker, method))
         (point, c), = pin_tokenizers(spec, resolve(spec))
         rows["whole 1-step point, in-process"] = timed(lambda: run_point(point_id(spec, point), point, c.to_dict()))
     for name, t in rows.items():

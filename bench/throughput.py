@@ -26,10 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference_gpt import ReferenceGPT  # noqa: E402
-
-from sigprop.models import ModelConfig, build_model  # noqa: E402
-from sigprop.train import Trainer, load_config, prepare_data  # noqa: E402
+from reference_gpt import ReferenceGPT
+from sigprop.models import ModelConfig, build_model
+from sigprop.train import Trainer, load_config, prepare_data
 
 
 def matmul_peak(device: torch.device, reps: int = 5) -> float:

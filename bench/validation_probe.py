@@ -41,7 +41,7 @@ def classify_call(fn: Callable[[], Any], needle: str) -> str:
         out = fn()
     except ValueError as e:
         return "ok" if needle.lower() in str(e).lower() else "weak"
-    except Exception:  # noqa: BLE001 - any other exception is what this probe counts
+    except Exception:  # any other exception is what this probe counts
         return "traceback"
     fields = vars(out).values() if hasattr(out, "__dict__") else []
     tensors = [out] if isinstance(out, torch.Tensor) else [v for v in fields if isinstance(v, torch.Tensor)]
@@ -58,7 +58,7 @@ def classify_cli(argv: list[str], needle: str) -> str:
     except SystemExit as e:          # argparse usage errors: exit 2 with usage + one error line
         rc = e.code
         return "ok" if rc == 2 else "traceback"
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "traceback"
     text = err.getvalue()
     if "Traceback" in text:
@@ -183,7 +183,7 @@ def hf_probes() -> list[tuple[str, Callable[[], Any], str]]:
 
 
 def cli_probes(tmp: Path) -> list[tuple[str, list[str], str]]:
-    sets = lambda *s: [a for x in [*FAST, *s] for a in ("--set", x)]  # noqa: E731
+    sets = lambda *s: [a for x in [*FAST, *s] for a in ("--set", x)]
     run = tmp / "run"
     with contextlib.redirect_stderr(io.StringIO()):
         assert main(["train", "--config", TINY, *sets(f"train.out_dir={run}")]) == 0

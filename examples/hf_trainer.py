@@ -15,8 +15,7 @@ import argparse
 import tempfile
 
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Trainer,
-                          TrainingArguments)
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 import sigprop.hf
 

@@ -2,10 +2,8 @@
 thread makes them slower, not faster. Results do not depend on it. Also the fixtures several test
 files share: the check every claim runner's output must pass (`claim_outputs`), one quick demo run
 (`quick_demo`), measured networks at init (`measured_networks`) and the median error against them
-(`median_error`), and tokens with a given correlation (`correlated_tokens`). The train tests share the
-shipped configs folder (`CONFIGS`), the overrides that make a run take seconds (`FAST_TRAIN`) and the
-`sigprop train` argument list (`train_argv`); they import them from here, as the optimizer tests import
-the check of one AdamW step against the per-parameter rules (`assert_first_adamw_step`)."""
+(`median_error`), and tokens with a given correlation (`correlated_tokens`). Shared helpers that are not
+fixtures live in helpers.py."""
 import contextlib
 import io
 import json
@@ -16,44 +14,12 @@ from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
-
 import pytest
 import torch
 
 from sigprop.experiments.verdicts import VERDICTS
 
 torch.set_num_threads(1)
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FAST_TRAIN = ("data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false")
-
-
-def set_args(sets) -> list[str]:
-    """``--set`` before every override: ["a=1", "b=2"] -> ["--set", "a=1", "--set", "b=2"]."""
-    return [a for s in sets for a in ("--set", s)]
-
-
-def train_argv(config: str, *sets: str) -> list[str]:
-    """`sigprop train` arguments for the shipped ``configs/CONFIG.toml`` with each override set."""
-    return ["--config", str(CONFIGS / f"{config}.toml"), *set_args(sets)]
-
-
-def assert_first_adamw_step(rules, before, grads, after, lr: float, eps: float, weight_decay: float) -> set:
-    """First AdamW step of every (name, parameter, rule): Δp = −lr·m_lr·(wd·m_wd·p·[ndim ≥ 2] + g/(|g| + ε·m_ε)),
-    to rtol 1e-6, and the gradient part of Δp over the one with unit multipliers equals m_lr to rtol 1e-6.
-    Returns the distinct rules seen."""
-    seen = set()
-    for (name, p, rule), p0, g, p1 in zip(rules, before, grads, after):
-        step = lr * rule.lr
-        wd = weight_decay * rule.weight_decay if p.ndim >= 2 else 0.0
-        expected = p0 * (1 - step * wd) - step * g / (g.abs() + eps * rule.eps)
-        torch.testing.assert_close(p1, expected, rtol=1e-6, atol=1e-12, msg=name)
-        ratio = (p0 * (1 - step * wd) - p1) / (lr * g / (g.abs() + eps * rule.eps))
-        mask = g.abs() > 1e-12
-        torch.testing.assert_close(ratio[mask], torch.full_like(ratio[mask], rule.lr), rtol=1e-6, atol=0, msg=name)
-        seen.add(rule)
-    return seen
-
 
 @pytest.fixture
 def claim_outputs():

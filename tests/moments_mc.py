@@ -19,11 +19,29 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from sigprop.nn import ShapedReLU as ShapedReLUModule
 from moment_errors import ErrorRow, error_table, format_error_table
-from sigprop.theory.moments import (Attention, Component, CrossAttention, Dropout, Embedding, GeLU, LayerNorm, Linear,
-                                    Moments, PostNormResidual, ReLU, Residual, RMSNorm, ShapedReLU, Softmax,
-                                    attention_block, ffn_block, serial, zipf_collision_probability)
+from sigprop.nn import ShapedReLU as ShapedReLUModule
+from sigprop.theory.moments import (
+    Attention,
+    Component,
+    CrossAttention,
+    Dropout,
+    Embedding,
+    GeLU,
+    LayerNorm,
+    Linear,
+    Moments,
+    PostNormResidual,
+    ReLU,
+    Residual,
+    RMSNorm,
+    ShapedReLU,
+    Softmax,
+    attention_block,
+    ffn_block,
+    serial,
+    zipf_collision_probability,
+)
 
 DT = torch.float64
 Sim = Callable[[torch.Tensor, torch.Generator], torch.Tensor]   # (input, gen) -> output, differentiable
@@ -156,7 +174,8 @@ class AuthorsSoftmax:
 
 @dataclass(frozen=True)
 class AuthorsAttention:
-    """Authors' single-head formulas (DeepScaleLM's public code) per head, then the output projection; zero-mean input."""
+    """Authors' single-head formulas (DeepScaleLM's public code) per head, then the output projection; zero-mean
+    input."""
 
     d: int
     L: int
@@ -292,7 +311,8 @@ def softmax_cases() -> list[Case]:
     grid = [(n, var, r) for n in (2, 8, 32) for var in (0.25, 1.0, 4.0) for r in (0.0, 0.5)]
     return [Case(f"L{n} var{var} r{r}", Softmax(n), Moments(0.3, var, r, 1.0, 0.0),
                  pointwise(lambda x: torch.softmax(x, 1)), (1024, n, 64),
-                 others=(("softmax [authors V1]", AuthorsSoftmax(n, False)), ("softmax [authors V2]", AuthorsSoftmax(n, True))))
+                 others=(("softmax [authors V1]", AuthorsSoftmax(n, False)),
+                         ("softmax [authors V2]", AuthorsSoftmax(n, True))))
             for n, var, r in grid]
 
 

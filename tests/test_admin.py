@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN
+from helpers import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model, calibrate, predict
 from sigprop.nn import Residual
 from sigprop.nn.roles import role_of
-from sigprop.schemes import get_scheme
 from sigprop.schemes.admin import constant_omega, predicted_omegas, profile
 from sigprop.train import Callback, load_config, load_run, read_jsonl, train
 from sigprop.train.optim import make_optimizer

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, train_argv
+from helpers import CONFIGS, train_argv
 from sigprop.cli import main
 
 

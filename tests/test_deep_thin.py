@@ -21,7 +21,7 @@ def test_settings_follow_the_rule():
 
 
 def test_gap_curve_is_shallow_minus_deep():
-    run = lambda losses: {"diverged": False, "val_curve": [[i * 10, x] for i, x in enumerate(losses)]}  # noqa: E731
+    run = lambda losses: {"diverged": False, "val_curve": [[i * 10, x] for i, x in enumerate(losses)]}
     c = deep_thin.gap_curve({"deep-thin": [run([5, 3]), run([5, 2])], "shallow-wide": [run([5, 4]), run([5, 4])]})
     assert c["step"] == [0, 10] and c["gap"] == [0, 1.5] and c["low"] == [0, 1] and c["high"] == [0, 2]
 

@@ -57,7 +57,7 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
 
 
 def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):
-    tuned = lambda final: {"lr_grid": [1e-3, 3e-3, 1e-2], "tuning_loss": [5, 4, 4.5], "tuning_seed": 100,  # noqa: E731
+    tuned = lambda final: {"lr_grid": [1e-3, 3e-3, 1e-2], "tuning_loss": [5, 4, 4.5], "tuning_seed": 100,
                            "seeds": [0, 1], "final_loss": final}
     settings = {"a": {"models": {"deep-thin": tuned([3.0, 3.02]), "shallow-wide": tuned([3.2, 3.22])}}}
     (tmp_path / "deep-thin").mkdir()

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import grads_as_found
 from sigprop import ModelConfig, build_model
 from sigprop.diagnostics import attention_entropy, diagnose_model, measure, stable_rank, token_correlation
-from sigprop.diagnostics.measure import output_tensor
 from sigprop.records import Record, format_table, from_json, to_csv, to_json
 
 
@@ -235,28 +235,6 @@ def sigprop_decoder() -> tuple[torch.nn.Module, torch.Tensor, dict]:
 
 def nano_gpt() -> tuple[torch.nn.Module, torch.Tensor, dict]:
     return NanoGPT().double(), torch.randint(0, 64, (3, 16)), {"blocks": NanoBlock}
-
-
-def fill_grads(model: torch.nn.Module, fill: str) -> None:
-    """"zeros": a training step's gradients, then ``zero_grad(set_to_none=False)``; "random": N(0, 1) on every
-    parameter but the first, whose ``.grad`` stays None."""
-    if fill == "zeros":
-        output_tensor(model(torch.randint(0, 64, (2, 16)))).square().mean().backward()
-        model.zero_grad(set_to_none=False)
-        return
-    for i, p in enumerate(model.parameters()):
-        p.grad = None if i == 0 else torch.randn_like(p)
-
-
-def grads_as_found(model: torch.nn.Module, fill: str, run) -> None:
-    """Fill the grads, ``run()``, and check each ``.grad`` is the same object (or None) with the same values."""
-    fill_grads(model, fill)
-    before = [(p.grad, None if p.grad is None else p.grad.clone()) for p in model.parameters()]
-    assert any(g is not None for g, _ in before)
-    run()
-    for p, (grad, values) in zip(model.parameters(), before):
-        assert p.grad is grad
-        assert grad is None or torch.equal(grad, values)
 
 
 @pytest.mark.parametrize("fill", ["zeros", "random"])

@@ -23,7 +23,7 @@ def _padding(s: int) -> torch.Tensor:
 def _separate(attn: Attention, x: torch.Tensor, kv: torch.Tensor | None, key_mask: torch.Tensor | None):
     """The attention forward with Q, K, V projected one linear at a time."""
     kv = x if kv is None else kv
-    split = lambda y: y.view(y.shape[0], y.shape[1], H, D // H).transpose(1, 2)   # noqa: E731
+    split = lambda y: y.view(y.shape[0], y.shape[1], H, D // H).transpose(1, 2)
     q, k, v = split(attn.q_proj(x)), split(attn.k_proj(kv)), split(attn.v_proj(kv))
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)

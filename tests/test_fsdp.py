@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import CONFIGS, FAST_TRAIN, loss_curve
+from helpers import torchrun as run_ranks
 from sigprop.diagnostics import measure
 from sigprop.models import build_model
 from sigprop.records import to_rows
@@ -15,10 +17,6 @@ from sigprop.train import TrainConfig, list_checkpoints, load_config, load_run, 
 from sigprop.train.run import seed_everything
 from sigprop.train.sampler import generator
 from sigprop.train.trainer import DIAG_STREAM
-
-from conftest import CONFIGS, FAST_TRAIN
-from test_train_ddp import curve
-from test_train_ddp import torchrun as run_ranks
 
 TIMEOUT_S = 300
 SETS = [*FAST_TRAIN, "train.eval_batches=2", "train.eval_every=3", "optim.warmup_steps=2", "train.steps=6",
@@ -39,7 +37,7 @@ def test_fsdp_two_ranks_match_one_process_and_resume_exactly(tmp_path):
     train(load_config(CONFIGS / "tiny_decoder.toml", [*SETS, f"train.out_dir={one}"]))
     # grad_accum=2 also exercises the no-sync micro-steps
     torchrun(tmp_path, [*SETS, f"train.out_dir={two}", "train.distributed=fsdp", "train.grad_accum=2"])
-    a, b = curve(one), curve(two)
+    a, b = loss_curve(one), loss_curve(two)
     assert [k[:2] for k in a] == [k[:2] for k in b] and len(a) == 6 + 3
     # float summation order differs (reduce-scatter, sharded AdamW): measured 2e-7 relative on the losses,
     # 3e-7 relative (Frobenius norm) on the weights

@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from conftest import FAST_TRAIN, train_argv
+from helpers import FAST_TRAIN, cached_logits, gpt2, llama, logits, train_argv
 from sigprop import ModelConfig, build_model, cli, grow
 from sigprop.diagnostics import measure
 from sigprop.models.grow import plan
@@ -96,7 +96,7 @@ def test_identity_growth_keeps_the_function_and_the_model_consistent(name, place
     fresh = build_model(grown.cfg).double()
     assert list(dict(grown.named_parameters())) == list(dict(fresh.named_parameters()))
     assert [role_of(p) for p in grown.parameters()] == [role_of(p) for p in fresh.parameters()]
-    groups = lambda m: [len(g["params"]) for g in make_optimizer(m, OptimConfig(), grown.cfg).param_groups]  # noqa: E731
+    groups = lambda m: [len(g["params"]) for g in make_optimizer(m, OptimConfig(), grown.cfg).param_groups]
     assert groups(grown) == groups(fresh)
     fresh.load_state_dict(grown.state_dict())
     records = measure(grown, x)
@@ -166,7 +166,8 @@ def test_dslm_growth_keeps_unit_moments_and_freezes_old_branch_scales(placement)
     assert scheme.residual(cfg, Site("dec", 0, "attn")) != pytest.approx(scheme.residual(deep, Site("dec", 0, "attn")))
     reloaded = build_model(grown.cfg)                           # what a resumed run builds, then loads
     reloaded.load_state_dict(grown.state_dict())
-    assert reloaded.stack.blocks[0].attn.residual.values() == pytest.approx(scheme.residual(cfg, Site("dec", 0, "attn")))
+    expected = scheme.residual(cfg, Site("dec", 0, "attn"))
+    assert reloaded.stack.blocks[0].attn.residual.values() == pytest.approx(expected)
 
 
 # --- transformers models ---------------------------------------------------------------------------------
@@ -174,7 +175,6 @@ def test_dslm_growth_keeps_unit_moments_and_freezes_old_branch_scales(placement)
 @pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2"])
 def test_identity_growth_of_transformers_models(family):
     pytest.importorskip("transformers")
-    from test_hf import cached_logits, gpt2, llama, logits
 
     torch.manual_seed(0)
     model = (gpt2(3) if family == "gpt2" else llama(3, model_type=family)).eval()
@@ -193,7 +193,6 @@ def test_identity_growth_of_transformers_models(family):
 def test_transformers_refusals():
     pytest.importorskip("transformers")
     import sigprop.hf as hf
-    from test_hf import gpt2
 
     with pytest.raises(ValueError, match="inverse_layer_idx"):
         grow(gpt2(2, scale_attn_by_inverse_layer_idx=True), 4, "identity")
@@ -248,7 +247,7 @@ def test_identity_growth_of_a_run_keeps_loss_and_optimizer_state(run, grown_iden
     old_names, _ = optimizer_names(run)
     new_names, _ = optimizer_names(out)
     moved = {"stack.blocks.0.": "stack.blocks.0.", "stack.blocks.1.": "stack.blocks.2."}   # every=1: 0 n 1 n
-    rename = lambda n: next((moved[p] + n[len(p):] for p in moved if n.startswith(p)), n)  # noqa: E731
+    rename = lambda n: next((moved[p] + n[len(p):] for p in moved if n.startswith(p)), n)
     for i, name in enumerate(old_names):
         j = new_names.index(rename(name))
         assert torch.equal(new_w[rename(name)], old_w[name]), name

@@ -1,66 +1,28 @@
 """sigprop.hf on tiny, randomly initialized transformers models (no downloads)."""
 import dataclasses
 import importlib
-import inspect
 import math
-
-import numpy as np
 import statistics
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
-import sigprop.hf as hf  # noqa: E402
-from sigprop import ModelConfig, build_model  # noqa: E402
-from sigprop.diagnostics import measure  # noqa: E402
-from sigprop.schemes import dslm  # noqa: E402
-from sigprop.theory import gated  # noqa: E402
-from test_diagnostics import grads_as_found  # noqa: E402
+import transformers
 
-V = 256
-NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-
-
-def gpt2(layers: int, d: int = 32, **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, n_embd=d, n_layer=layers, n_head=4, n_positions=64, resid_pdrop=0.0,
-               embd_pdrop=0.0, attn_pdrop=0.0, **NO_SPECIAL) | kw
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg))
-
-
-def bert(layers: int, d: int = 32, **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=4 * d,
-               max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **NO_SPECIAL) | kw
-    return transformers.BertForMaskedLM(transformers.BertConfig(**cfg))
-
-
-def llama(layers: int, d: int = 32, model_type: str = "llama", **kw) -> torch.nn.Module:
-    cfg = dict(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-               intermediate_size=3 * d, max_position_embeddings=64, **NO_SPECIAL) | kw
-    config = transformers.AutoConfig.for_model(model_type, **cfg)
-    return transformers.AutoModelForCausalLM.from_config(config)
-
-
-MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama}
-
-
-def logits(model: torch.nn.Module, ids: torch.Tensor, **kw) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids, **kw).logits
-
-
-def cached_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """Logits of ``ids`` fed token by token through the KV cache (``past_key_values`` became ``cache`` in 5.x)."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    cache, steps = None, []
-    with torch.no_grad():
-        for i in range(ids.shape[1]):
-            out = model(ids[:, i:i + 1], use_cache=True, **{name: cache})
-            cache, steps = getattr(out, name), steps + [out.logits]
-    return torch.cat(steps, 1)
-
+import sigprop.hf as hf
+from helpers import HF_VOCAB as V
+from helpers import MODELS, NO_SPECIAL, bert, cached_logits, gpt2, grads_as_found, llama, logits
+from sigprop import ModelConfig, build_model
+from sigprop.diagnostics import measure
+from sigprop.hf.apply import family_of
+from sigprop.models.predict import predict as sigprop_predict
+from sigprop.schemes import dslm
+from sigprop.theory import gated
+from sigprop.theory.moments import GatedMLP, Moments, Smooth, pointwise
 
 # --- the new moment rules, against Monte Carlo -------------------------------------------------
 
@@ -494,7 +456,7 @@ def test_reinit_false_restores_a_saved_model(scheme):
 
 def test_unsupported_models_and_schemes_raise_clear_errors():
     opt = transformers.OPTForCausalLM(transformers.OPTConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
-                                                              ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))
+                                                             ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))
     with pytest.raises(ValueError, match=r"model_type in \('gpt2', 'bert', 'llama'.*got OPTForCausalLM.*'opt'"):
         hf.apply(opt, "dslm")
     with pytest.raises(ValueError, match="deepnorm.*Post-LN.*'bert'"):
@@ -548,11 +510,6 @@ def test_every_parameter_is_initialized_by_its_role():
 
 # --- predict: moments walked from the HF modules, against the measurement -----------------------
 
-from sigprop.hf.apply import family_of  # noqa: E402
-from sigprop.models.predict import predict as sigprop_predict  # noqa: E402
-from sigprop.theory.moments import GatedMLP, Moments, Smooth  # noqa: E402
-from sigprop.theory.moments import pointwise  # noqa: E402
-
 
 def rope_off(model: torch.nn.Module) -> torch.nn.Module:
     """A LLaMA whose rotary embedding is the identity (every frequency zero), the one RoPE with a moment map."""
@@ -599,12 +556,14 @@ def test_gated_mlp_map_matches_monte_carlo():
     vg, vu, vd = 1.5 / d, 0.8 / d, 1.2 / d_ff
     fwd, corr, gvar, gcorr = [], [], [], []
     for _ in range(200):
-        x = math.sqrt(r) * torch.randn(1, d, dtype=torch.float64) + math.sqrt(1 - r) * torch.randn(L, d, dtype=torch.float64)
+        x = (math.sqrt(r) * torch.randn(1, d, dtype=torch.float64)
+             + math.sqrt(1 - r) * torch.randn(L, d, dtype=torch.float64))
         x = (x * math.sqrt(d) / x.norm(dim=-1, keepdim=True)).requires_grad_()
         wg, wu = (torch.randn(d, d_ff, dtype=torch.float64) * math.sqrt(v) for v in (vg, vu))
         wd = torch.randn(d_ff, d, dtype=torch.float64) * math.sqrt(vd)
         y = (F.silu(x @ wg) * (x @ wu)) @ wd
-        g = math.sqrt(rg) * torch.randn(1, d, dtype=torch.float64) + math.sqrt(1 - rg) * torch.randn(L, d, dtype=torch.float64)
+        g = (math.sqrt(rg) * torch.randn(1, d, dtype=torch.float64)
+             + math.sqrt(1 - rg) * torch.randn(L, d, dtype=torch.float64))
         (y * g).sum().backward()
         off = ~torch.eye(L, dtype=torch.bool)
         fwd.append(y.square().mean().item())
@@ -658,7 +617,7 @@ def relative_errors(family: str, scheme: str | None, seeds: int = 12, layers: in
         predicted = hf.predict(model, ids)
     assert [(r.layer, r.sublayer, r.stack) for r in predicted] == [(r.layer, r.sublayer, r.stack) for r in runs[0]]
     assert all(r.source == "predicted" for r in predicted)
-    mean = lambda field, i: statistics.mean(getattr(run[i], field) for run in runs)      # noqa: E731
+    mean = lambda field, i: statistics.mean(getattr(run[i], field) for run in runs)
     fwd = [abs(mean("fwd_var", i) / p.fwd_var - 1) for i, p in enumerate(predicted) if p.layer > 0]
     grad = [abs(mean("grad_var", i) / p.grad_var - 1) for i, p in enumerate(predicted)]
     return fwd, grad

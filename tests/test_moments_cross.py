@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
+from moment_errors import error_table
 from moments_mc import cross_attention_rows
 from sigprop.models import ModelConfig, build_model
-from moment_errors import error_table
-from sigprop.theory.moments import CrossAttention, Moments, PatchEmbedding
 from sigprop.models.predict import model_chain
+from sigprop.theory.moments import CrossAttention, Moments, PatchEmbedding
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ variates for the shared token factor) is below 1%; sample sizes are set for that
 from __future__ import annotations
 
 import pytest
-from moments_mc import FAMILIES, Case, AuthorsLayerNorm, AuthorsSoftmax, family_rows, pointwise
-
 import torch.nn.functional as F
 
 from moment_errors import ErrorRow, error_table, format_error_table
+from moments_mc import FAMILIES, AuthorsLayerNorm, AuthorsSoftmax, Case, family_rows, pointwise
 from sigprop.theory.moments import LayerNorm, Moments, ReLU, Softmax
 
 MEDIAN, P99, MAX_SE = 0.02, 0.10, 0.01

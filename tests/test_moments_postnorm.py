@@ -34,8 +34,8 @@ def backprop(x: torch.Tensor, f: torch.Tensor, rg: float, gen: torch.Generator) 
     variance and covariance between tokens of ∂/∂x, and their standard errors."""
     y = torch.nn.functional.layer_norm(x + f, (D,))
     n = x.shape[0]
-    g = rg ** 0.5 * torch.randn(n, 1, D, generator=gen, dtype=DT) + (1 - rg) ** 0.5 * torch.randn(n, L, D, generator=gen,
-                                                                                                  dtype=DT)
+    g = (rg ** 0.5 * torch.randn(n, 1, D, generator=gen, dtype=DT)
+         + (1 - rg) ** 0.5 * torch.randn(n, L, D, generator=gen, dtype=DT))
     yd = y.detach()
     g = g - g.mean(-1, keepdim=True)
     g = (g - (g * yd).sum(-1, keepdim=True) * yd / (yd * yd).sum(-1, keepdim=True)) * math.sqrt(D / (D - 2))
@@ -69,7 +69,8 @@ def test_radial_constraint_on_a_homogeneous_ffn(monkeypatch: pytest.MonkeyPatch)
     W2 = torch.randn(n, d_ff, D, generator=gen, dtype=DT) * w2 ** 0.5
     emp = backprop(x, torch.relu(x @ W1) @ W2, 0.0, gen)
     post = PostNormResidual(1.0, 1.0, ffn_block(D, d_ff, w1, w2, ReLU()), D)
-    check(post, Moments(0.0, 1.0, float(torch.nn.functional.cosine_similarity(x.detach()[:, 0], x.detach()[:, 1], -1).mean())),
+    r_in = float(torch.nn.functional.cosine_similarity(x.detach()[:, 0], x.detach()[:, 1], -1).mean())
+    check(post, Moments(0.0, 1.0, r_in),
           Moments(0.0, 1.0, 0.0, 1.0, 0.0), emp, monkeypatch,
           {"homogeneous_kurtosis": lambda branch: None, "hidden_fluctuation": lambda *a: (0.0, 0.0, 0.0)})
 

@@ -10,9 +10,25 @@ import scipy.stats
 import torch
 
 from sigprop.theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel, shaped_relu_nu
-from sigprop.theory.moments import (Attention, Dropout, Embedding, GeLU, LayerNorm, Linear, Moments, ReLU, Residual,
-                                    RMSNorm, ShapedReLU, Softmax, attention_block, ffn_block, serial,
-                                    zipf_collision_approx, zipf_collision_probability)
+from sigprop.theory.moments import (
+    Attention,
+    Dropout,
+    Embedding,
+    GeLU,
+    LayerNorm,
+    Linear,
+    Moments,
+    ReLU,
+    Residual,
+    RMSNorm,
+    ShapedReLU,
+    Softmax,
+    attention_block,
+    ffn_block,
+    serial,
+    zipf_collision_approx,
+    zipf_collision_probability,
+)
 from sigprop.theory.moments.attention import gamma_nodes
 from sigprop.theory.moments.norm import hyp2f1, mean_cosine
 from sigprop.theory.moments.pointwise import orthant

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_first_adamw_step
 
+from helpers import assert_first_adamw_step
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import Attention
 from sigprop.schemes import OptimRule, ParamInfo, Site, get_scheme
@@ -101,7 +101,7 @@ def test_mup_init_and_scales():
     """μP: input std as at the base width, tied logits × n₀/n, attention logits √d_head₀/d_head."""
     base, wide = (ModelConfig(**SMALL, parametrization="mup", base_width=16, d_model=d) for d in (16, 64))
     s = get_scheme("preln")
-    info = lambda cfg: ParamInfo("embed", None, None, (64, cfg.d_model))  # noqa: E731
+    info = lambda cfg: ParamInfo("embed", None, None, (64, cfg.d_model))
     assert s.init_std(wide, info(wide)) == s.init_std(base, info(base)) == pytest.approx(1 / 4)
     assert s.std(wide, info(wide)) == pytest.approx(1 / 8)                  # the standard init shrinks with width
     assert s.logit_scale(base) == pytest.approx(1.0)                         # unit-variance logits at n₀
@@ -157,7 +157,8 @@ def test_z_loss_adds_log_z_squared():
     logits = model(ids[:, :-1]).double()
     log_z = torch.log(torch.exp(logits).sum(-1))
     keep = targets != -100
-    assert with_z.item() == pytest.approx(ce.item() + 1e-2 * log_z[keep].pow(2).sum().item(), rel=1e-6)   # loss_terms is float32
+    # loss_terms is float32
+    assert with_z.item() == pytest.approx(ce.item() + 1e-2 * log_z[keep].pow(2).sum().item(), rel=1e-6)
     assert ce.item() == pytest.approx(F.cross_entropy(logits[keep], targets[keep], reduction="sum").item())
 
 

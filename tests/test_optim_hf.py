@@ -4,14 +4,17 @@ import math
 
 import pytest
 import torch
-from conftest import assert_first_adamw_step
 
-transformers = pytest.importorskip("transformers")
+from helpers import assert_first_adamw_step
 
-import sigprop.hf as hf  # noqa: E402
-from sigprop.hf.apply import family_of  # noqa: E402
-from sigprop.hf.optim import param_rules  # noqa: E402
-from sigprop.schemes import Site, get_scheme  # noqa: E402
+pytest.importorskip("transformers")
+
+import transformers
+
+import sigprop.hf as hf
+from sigprop.hf.apply import family_of
+from sigprop.hf.optim import param_rules
+from sigprop.schemes import Site, get_scheme
 
 V = 64
 
@@ -80,7 +83,8 @@ def test_branch_multipliers_are_the_schemes_residual(family, scheme, transfer):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
 def test_mup_attention_logits_use_one_over_d_head(family):
-    """μP: QKᵀ·√d_head₀/d_head (d_head 16, d_head₀ 4: 1/8 instead of 1/4); the standard parametrization keeps 1/√d_head."""
+    """μP: QKᵀ·√d_head₀/d_head (d_head 16, d_head₀ 4: 1/8 instead of 1/4); the standard parametrization keeps
+    1/√d_head."""
     model = MODELS[family](d=64)
     cfg = hf.apply(model, "dslm", parametrization="mup", base_width=16)
     attns = family_of(model).attentions(model.base_model)

@@ -23,10 +23,10 @@ import torch
 from sigprop.diagnostics import measure
 from sigprop.diagnostics.commands import DiagnoseConfig, diagnose_main, predict_main, random_batch
 from sigprop.models import ModelConfig, build_model
+from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.records import Record
 from sigprop.theory import moments
 from sigprop.theory.moments import Attention, Moments
-from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_pairs, exact_rows, functional_table
 
 BAR, SEEDS, BATCH = 0.10, 48, 1
@@ -165,11 +165,11 @@ def measured(measured_networks):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["preln", "dslm-preln", "dslm-postln",
                                   pytest.param("postln", marks=pytest.mark.xfail(strict=True, reason=(
-                                      "too noisy to test with 48 networks (median error 20%, s.e. 17%: the per-network "
-                                      "gradient of a collapsed Post-LN stack has log-std 1.2-1.6); measured on demand by "
-                                      "bench/postln_gradient.py: 2.2% against seeds 0-999 (s.e. 5.0%) and 3.0% against "
-                                      "seeds 1000-1999 (s.e. 4.5%), where even 1000 networks leave an s.e. above this "
-                                      "test's bar/3")))])
+                                      "too noisy to test with 48 networks (median error 20%, s.e. 17%: the "
+                                      "per-network gradient of a collapsed Post-LN stack has log-std 1.2-1.6); "
+                                      "measured on demand by bench/postln_gradient.py: 2.2% against seeds 0-999 "
+                                      "(s.e. 5.0%) and 3.0% against seeds 1000-1999 (s.e. 4.5%), where even 1000 "
+                                      "networks leave an s.e. above this test's bar/3")))])
 def test_predicted_matches_measured(name: str, measured, median_error) -> None:
     fwd, grad, pred = measured(name)
     for field, samples in (("fwd_var", fwd), ("grad_var", grad)):

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.models import ModelConfig
+from sigprop.models import ModelConfig, predict
 from sigprop.records import Record
-from sigprop.models import predict
 
 pytestmark = pytest.mark.slow
 

@@ -67,8 +67,8 @@ KNOBS: dict[str, list[dict]] = {
 GAPS = {
     "scheme-0": "standard Post-LN: gradient variance 11 % off (median); its stack collapses and routes the gradient "
                 "to the first token, which the exchangeable backward averages",
-    "scheme-1": "vanilla (no LayerNorm): forward variance 13 % off; the stream grows and the attention logit scale with "
-                "it, where the finite-width logit fluctuations are largest",
+    "scheme-1": "vanilla (no LayerNorm): forward variance 13 % off; the stream grows and the attention logit scale "
+                "with it, where the finite-width logit fluctuations are largest",
 }
 VIT = ("ViT (Pre-LN, Xavier-like init): token correlation predicted 0.07–0.13 too high from the first block on and "
        "the embedding-output gradient 2.2× too low; the class token's variance is far below the patches', which the "

@@ -1,5 +1,7 @@
 """The shipped text speaks of the project alone: no development bookkeeping in README, docs, bench notes,
-configs, code, tests or examples (work sessions, issue numbers, sections of internal specs or notes)."""
+configs, code, tests or examples (work sessions, issue numbers, sections of internal specs or notes), and no
+run history in the package's code and docstrings (wall times, load averages, the machine a run took): those
+state contracts and mathematics, measured figures live in docs/ and bench/RESULTS.md."""
 from __future__ import annotations
 
 import re
@@ -14,6 +16,14 @@ FORBIDDEN = {
     "an issue number": re.compile(r"\bissues?\s*#?\d+|\(issue\b|\bthe issue'?s?\b", re.I),
     "an internal spec": re.compile(r"\bSPEC\b|\b[Tt]he spec\b"),        # `spec` as a variable name is fine
     "internal notes": re.compile(r"\bthe notes\b|\bnotes'|\bnotes/|\[notes\b", re.I),
+}
+# in src/ only: docs/ and bench/RESULTS.md are where measured run figures belong
+RUN_HISTORY = {
+    "a load average": re.compile(r"\bload (average|avg)\b|\bat load \d", re.I),
+    "a wall time": re.compile(r"\bwall(-clock)? time:? \d|\bwall time \((measured|estimate)"
+                              r"|\d(\.\d+)? ?(s|min|minutes|hours?) (of )?wall\b", re.I),
+    "a run's duration": re.compile(r"\btook \d|\d(\.\d+)? ?(min|minutes|hours?)\b", re.I),
+    "the machine a run used": re.compile(r"\b\d+-core machine\b", re.I),
 }
 # the patterns above, as written in this file, are the only allowed hits
 SELF = Path(__file__).resolve()
@@ -37,6 +47,26 @@ def test_forbidden_words_are_caught() -> None:
     assert not FORBIDDEN["a work session"].search('@pytest.fixture(scope="session")')
 
 
+def test_run_history_patterns_are_caught() -> None:
+    """The run-history patterns match the prose they refuse (so the scan below can fail), not the contracts
+    the package states about wall times."""
+    samples = {"a load average": ["while two other claim runs shared the machine (load average 3.4–5.7)",
+                                  "shared with other runs at load 2–6"],
+               "a wall time": ["Wall time (measured, 2-core machine, one thread per worker)",
+                               "Wall time (estimate, from timed points)", "141.7 min wall for 25 points",
+                               "wall time 35.5 min", "12 s of wall"],
+               "a run's duration": ["the points took 160–800 s each", "≈ 13–16 min with ``jobs=2``",
+                                    "sum to 4.0 hours, so even alone the run takes well over 30 minutes"],
+               "the machine a run used": ["measured on the 2-core machine, ``jobs=2``"]}
+    for what, texts in samples.items():
+        for text in texts:
+            assert RUN_HISTORY[what].search(text), (what, text)
+    allowed = ["the wall time it reports", "f\"; wall time {s['wall_s']:.0f} s.\"", "min(v, init) for v in loss",
+               "``wall_s``", "~1 ms per block", "time.perf_counter()"]
+    for text in allowed:
+        assert not any(p.search(text) for p in RUN_HISTORY.values()), text
+
+
 def test_shipped_text_has_no_development_bookkeeping() -> None:
     files = shipped_files()
     assert len(files) > 50, "the scan found too few files: is the layout different?"
@@ -51,3 +81,15 @@ def test_shipped_text_has_no_development_bookkeeping() -> None:
                 if pattern.search(line):
                     hits.append(f"{path.relative_to(ROOT)}:{n}: {what}: {line.strip()[:100]}")
     assert not hits, "development bookkeeping in shipped text:\n" + "\n".join(hits)
+
+
+def test_package_code_carries_no_run_history() -> None:
+    files = [p for p in shipped_files() if p.is_relative_to(ROOT / "src")]
+    assert len(files) > 50, "the scan found too few files: is the layout different?"
+    hits = []
+    for path in files:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for what, pattern in RUN_HISTORY.items():
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{n}: {what}: {line.strip()[:100]}")
+    assert not hits, "run history in the package (move the figures to docs/ or bench/RESULTS.md):\n" + "\n".join(hits)

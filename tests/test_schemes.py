@@ -37,7 +37,8 @@ def expected_std(cfg: ModelConfig, role: str, shape, site) -> float | None:
     if role in ("v", "o"):
         r, n = block_correlations(cfg, site[0])[site[1]][0], cfg.max_seq_len
         # the attention gain is the full attention map's output variance at unit value-output gain
-        gain = Attention(d, cfg.n_heads, n, 1 / d, 1 / d, 1 / d, 1 / d, causal=site[0] == "dec").fwd(Moments(0, 1, r)).var
+        attention = Attention(d, cfg.n_heads, n, 1 / d, 1 / d, 1 / d, 1 / d, causal=site[0] == "dec")
+        gain = attention.fwd(Moments(0, 1, r)).var
         return (math.sqrt((1 - p) / gain) / d) ** 0.5
     return {"q": math.sqrt(1 / d), "k": math.sqrt(1 / d), "ffn_in": math.sqrt(math.sqrt((1 - p) / 2) / d),
             "ffn_out": math.sqrt(math.sqrt((1 - p) / 2) / d), "embed": math.sqrt((1 - p) / 2),

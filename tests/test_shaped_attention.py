@@ -119,7 +119,7 @@ def test_qk_scaling_init_is_equal_at_init_and_moves_logits_n_quarter_faster_unde
     with torch.no_grad():
         for w in (mods["init"].q_proj.weight, mods["init"].k_proj.weight):
             w.mul_(n ** -0.25)                       # N(0, 1/n) → N(0, n^{-3/2})
-    logits = lambda m: m.logits(*m.qkv(x)[:2], None)  # noqa: E731
+    logits = lambda m: m.logits(*m.qkv(x)[:2], None)
     l0 = {q: logits(m) for q, m in mods.items()}
     finite = l0["init"].isfinite()
     torch.testing.assert_close(l0["init"][finite], l0["temperature"][finite], rtol=1e-12, atol=1e-12)

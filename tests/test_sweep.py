@@ -69,7 +69,8 @@ def test_resume_skips_finished_and_reproduces_an_interrupted_point(tmp_path, cou
     assert counted == {"points": 2, "tokenizer": 1}
     log = tmp_path / "out" / "sweep.jsonl"
     assert len(log.read_text().splitlines()) == 2
-    assert all(json.loads(line)["config"]["data"]["tokenizer"].endswith(".json") for line in log.read_text().splitlines())
+    assert all(json.loads(line)["config"]["data"]["tokenizer"].endswith(".json")
+               for line in log.read_text().splitlines())
     with pytest.raises(ValueError, match="--resume"):
         run_sweep(spec, progress=False)
     # kill -9 during the last point: its line never written, its folder half-written

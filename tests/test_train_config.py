@@ -1,7 +1,7 @@
 """Run-config validation: unknown keys and wrong types are refused with the key named."""
 import pytest
 
-from conftest import CONFIGS
+from helpers import CONFIGS
 from sigprop.train import load_config
 from sigprop.train.config import dump_toml
 

@@ -13,19 +13,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN, train_argv
-from sigprop.train import (Callback, CheckpointError, NonFiniteLossError, list_checkpoints, load_config,
-                           load_run, read_jsonl, train, train_main)
+from helpers import CONFIGS, FAST_TRAIN, loss_curve, train_argv
+from sigprop.train import (
+    Callback,
+    CheckpointError,
+    NonFiniteLossError,
+    list_checkpoints,
+    load_config,
+    load_run,
+    read_jsonl,
+    train,
+    train_main,
+)
 
 FAST = [*FAST_TRAIN, "train.eval_batches=1", "optim.warmup_steps=3", "model.dropout=0.1"]
 
 
 def cfg_for(out: Path, *sets: str):
     return load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={out}", *sets])
-
-
-def losses(out: Path) -> list[tuple[str, int, float]]:
-    return [(r["kind"], r["step"], r["loss"]) for r in read_jsonl(out / "metrics.jsonl") if r["kind"] in ("train", "eval")]
 
 
 class StopAt(Callback):
@@ -51,7 +56,7 @@ def test_resume_is_bit_exact(finished, tmp_path):
     assert t1.state.step == 3 and t1.stop_reason == "test"
     assert [int(p.name[5:13]) for p in list_checkpoints(tmp_path / "checkpoints")] == [3]
     t2 = train(cfg_for(tmp_path, "train.steps=8", "train.ckpt_every=4", "train.eval_every=4", "train.resume=true"))
-    assert losses(tmp_path) == losses(ref_dir)          # exact float equality, dropout on
+    assert loss_curve(tmp_path) == loss_curve(ref_dir)          # exact float equality, dropout on
     for (name, a), b in zip(ref.model.state_dict().items(), t2.model.state_dict().values()):
         assert torch.equal(a, b), name
     events = [r["event"] for r in read_jsonl(tmp_path / "metrics.jsonl", "event")]

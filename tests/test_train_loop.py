@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN, train_argv
+from helpers import CONFIGS, FAST_TRAIN, train_argv
 from sigprop.nn import ShapedAttention, ShapedReLU
 from sigprop.train import Callback, eval_main, generate_main, load_config, read_jsonl, train
 

@@ -4,15 +4,14 @@ agree with fp32 to bf16's rounding (tolerances below, each about 3x the value me
 import pytest
 import torch
 
-from conftest import CONFIGS, FAST_TRAIN
+from helpers import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model
 from sigprop.nn import ShapedAttention
 from sigprop.train import load_config, read_jsonl, train
 from sigprop.train.callbacks import Callback
-from sigprop.train.run import flushed_denormals
 from sigprop.train.parallel import autocast
-
+from sigprop.train.run import flushed_denormals
 
 
 def test_bf16_run_trains(tmp_path):

@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FAST_TRAIN, train_argv
+from helpers import FAST_TRAIN, train_argv
 from sigprop import ModelConfig, build_model
 from sigprop.cli import main
 from sigprop.diagnostics.commands import DiagnoseConfig

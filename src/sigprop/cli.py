@@ -33,7 +33,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         prof = depth_profile(cfg)
         g0 = prof[0][2]
         picks = sorted({0, len(prof) // 4, len(prof) // 2, len(prof) - 1})
-        rows.append((scheme, [prof[i][1] for i in picks], [prof[i][2] / g0 for i in picks], [prof[i][0] for i in picks]))
+        rows.append((scheme, [prof[i][1] for i in picks], [prof[i][2] / g0 for i in picks],
+                     [prof[i][0] for i in picks]))
     layers = rows[0][3]
     print(f"decoder, width {args.width}, depth {args.depth}, seq {args.seq}: measured at init (float64)")
     print(f"{'scheme':10s} " + " ".join(f"var@{l:<5d}" for l in layers) + "  " +

@@ -70,7 +70,7 @@ def format_table(records: Iterable[Record], fields: tuple[str, ...] = ("stack", 
                                                                       "token_corr", "grad_var")) -> str:
     """A fixed-width text table of ``fields``."""
     rows = to_rows(records)
-    cell = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+    cell = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     widths = {f: max([len(f)] + [len(cell(r[f])) for r in rows]) for f in fields}
     lines = ["  ".join(f.rjust(widths[f]) for f in fields)]
     lines += ["  ".join(cell(r[f]).rjust(widths[f]) for f in fields) for r in rows]

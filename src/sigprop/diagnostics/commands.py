@@ -88,7 +88,7 @@ def physical_memory() -> int | None:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):  # noqa: B007 - the unit the loop stops at is the answer
         if n < 1024:
             break
         n /= 1024

@@ -29,7 +29,6 @@ from ..nn import Attention, Sublayer
 from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
 
-
 Selector = Union[type, Iterable[type], str, Callable[[str, nn.Module], bool]]
 SELECTOR_FORMS = ("a module class, an iterable (tuple, list) of module classes, a regular expression or a "
                   "callable (name, module) -> bool")
@@ -39,9 +38,9 @@ def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
     """(qualified name, module) of every submodule of ``model`` that ``blocks`` selects, in `named_modules` order."""
     if isinstance(blocks, str):
         pattern = re.compile(blocks)
-        keep = lambda name, m: pattern.fullmatch(name) is not None       # noqa: E731
+        keep = lambda name, m: pattern.fullmatch(name) is not None
     elif isinstance(blocks, type):
-        keep = lambda name, m: isinstance(m, blocks)                      # noqa: E731
+        keep = lambda name, m: isinstance(m, blocks)
     elif callable(blocks):
         keep = blocks
     elif isinstance(blocks, Iterable):
@@ -49,7 +48,7 @@ def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
         if not classes or not all(isinstance(c, type) for c in classes):
             raise ValueError(f"measure: blocks given as a collection must hold one or more module classes; "
                              f"got {blocks!r}")
-        keep = lambda name, m: isinstance(m, classes)                     # noqa: E731
+        keep = lambda name, m: isinstance(m, classes)
     else:
         raise ValueError(f"measure: blocks must be {SELECTOR_FORMS}; got {blocks!r}")
     chosen = [(name, m) for name, m in model.named_modules() if name and keep(name, m)]
@@ -112,7 +111,7 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
 
     if blocks is not None:
         chosen = select(model, blocks)
-        for i, (name, m) in enumerate(chosen):
+        for i, (_, m) in enumerate(chosen):
             hooks.append(m.register_forward_hook(keep(("model", i + 1, type(m).__name__))))
         backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
         if not outputs:

@@ -27,11 +27,6 @@ final validation loss is lower than shallow-wide's by more than the combined sta
 it wins in all six, partly if in some; inconclusive if a chosen lr is still at its grid's edge). The
 figure plots the gap Δ(step) = shallow − deep seed-mean validation loss over training.
 
-Wall time (measured on the 2-core machine, ``jobs=2``, otherwise idle): 28.9 min for 62 points (per shape 3
-tuning lrs, one extension in two of the twelve grids, 2 scored seeds), whose training times sum to 46.7 min; a
-2000-step 8L×32 decoder point takes 95–110 s, a 2L×64 one 55–62 s, the 600-step encoder points 18–38 s,
-encoder-decoder points 29–65 s and ViT points 11–19 s.
-
     from sigprop.experiments import deep_thin
     summary = deep_thin.run("runs/deep-thin")                 # deep-thin.json / .png / .md
 """
@@ -44,15 +39,14 @@ from typing import Any, Iterable
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from . import verdicts  # noqa: E402
-from .outputs import WallClock, write_outputs  # noqa: E402
-from .report import Table  # noqa: E402
-from .training import (finished, mean_curve, meta_model, param_count, seed_stats, trainable,  # noqa: E402
-                       unigram_by_seed)
-from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
+from . import verdicts
+from .outputs import WallClock, write_outputs
+from .report import Table
+from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable, unigram_by_seed
+from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all
 
 NAME = "deep-thin"
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart

@@ -34,16 +34,15 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
+from tqdm.auto import tqdm
 
-from . import dslm_moments, shaped_figs  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-from ..train.sweep import worker_pool  # noqa: E402
-from .outputs import progress, write_outputs  # noqa: E402
-from .report import Figure, Section, Table, write_html  # noqa: E402
-from .training import train_run  # noqa: E402
-from .tuning import TUNING_SEED, numbers, tune  # noqa: E402
+from ..train.sweep import worker_pool
+from . import dslm_moments, shaped_figs
+from .outputs import progress, write_outputs
+from .report import Figure, Section, Table, write_html
+from .training import train_run
+from .tuning import TUNING_SEED, numbers, tune
 
 # the training comparison: one size, four schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
@@ -178,7 +177,7 @@ def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 
 def training_table(runs: dict[str, Any], choice: dict[str, Any]) -> Table:
     """One row per model: lr (and the grid that chose it), parameters, validation loss at step 0 and at the
     end, wall time."""
-    lr = lambda k: (f"{runs[k]['lr']:g} (best of {', '.join(f'{x:g}' for x in choice[k]['lr_grid'])})"  # noqa: E731
+    lr = lambda k: (f"{runs[k]['lr']:g} (best of {', '.join(f'{x:g}' for x in choice[k]['lr_grid'])})"
                     if k in TUNED and choice[k]["best_lr"] is not None else f"{runs[k]['lr']:g} (fixed)")
     return Table(["model", "lr", "params", "val loss at step 0", "final val loss", "wall s"],
                  [[k, lr(k), r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]

@@ -29,11 +29,6 @@ and one is undetermined; "not reproduced" if all three move. LR sensitivity (Wor
 the grid of min(loss, loss at init) − best loss, at the largest size) and transfer regret are reported and
 ranked, not scored.
 
-Wall time (measured, 2-core machine, one thread per worker, ``jobs=2``): 35.5 min for the whole run (193
-points, 11 of them grid extensions) while two other claim runs shared the machine (load average 3.4–5.7);
-the points' training times sum to 66.6 min (≈ 6 s at 2 blocks, 15–18 s at 8, 40–62 s at 32; 5–7 s at
-widths 32–64, 12 s at 128, 30 s at 256, timed under that load), so two workers alone need at most ≈ 34 min.
-
     from sigprop.experiments import depth_transfer
     summary = depth_transfer.run("runs/depth-transfer", jobs=2)   # depth-transfer.{json,png,md}
 """
@@ -46,14 +41,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from ..train.sweep import SweepSpec, run_sweep  # noqa: E402
-from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize  # noqa: E402
-from . import verdicts  # noqa: E402
-from .outputs import WallClock, write_outputs  # noqa: E402
-from .training import resolve_sizes, unigram_by_seed  # noqa: E402
-from .tuning import MAX_EXTEND, next_lr  # noqa: E402
+from ..train.sweep import SweepSpec, run_sweep
+from ..train.sweep_report import plot_best_lr, plot_loss_vs_lr, summarize
+from . import verdicts
+from .outputs import WallClock, write_outputs
+from .training import resolve_sizes, unigram_by_seed
+from .tuning import MAX_EXTEND, next_lr
 
 NAME = "depth-transfer"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -123,7 +118,8 @@ def _sweep(out: Path, label: str, overrides: dict[str, Any], size_values: list[i
         new = bracketing_lrs(summary["groups"]) if len(extended) < s["max_extend"] else []
         if not new:
             break
-        extended.append(f"best lr at an edge of {', '.join(f'{x:g}' for x in lrs)}: added {', '.join(f'{x:g}' for x in new)}")
+        extended.append(f"best lr at an edge of {', '.join(f'{x:g}' for x in lrs)}: "
+                        f"added {', '.join(f'{x:g}' for x in new)}")
         lrs = sorted({*lrs, *new})
     (panel,) = summary["panels"]
     panel["panel"] = label
@@ -144,14 +140,15 @@ def explain(records: list[dict[str, Any]], size: str, groups: list[dict[str, Any
     """What explains a panel's curves, per size at its largest lr and at its best lr (the group's η* from
     `summarize`): the largest attention logit and the smallest attention entropy at the end of training, the
     median and largest pre-clip gradient norm, whether it diverged."""
+    row = lambda r: {"lr": r["point"]["optim.lr"], "seed": r["point"]["seed"], "diverged": r["diverged"],
+                     "max_attn_logit": r["max_attn_logit"], "min_attn_entropy": r["min_attn_entropy"],
+                     "grad_norm_median": r["grad_norm"]["median"], "grad_norm_max": r["grad_norm"]["max"]}
     out: dict[str, Any] = {}
     for g in groups:
         rs = [r for r in records if r["point"][size] == g["size"]]
-        out[str(g["size"])] = {name: [{"lr": r["point"]["optim.lr"], "seed": r["point"]["seed"], "diverged": r["diverged"],
-                                       "max_attn_logit": r["max_attn_logit"], "min_attn_entropy": r["min_attn_entropy"],
-                                       "grad_norm_median": r["grad_norm"]["median"], "grad_norm_max": r["grad_norm"]["max"]}
-                                      for r in rs if r["point"]["optim.lr"] == lr]
-                               for name, lr in (("largest_lr", g["lrs"][-1]), ("best_lr", g["best_lr"])) if lr is not None}
+        out[str(g["size"])] = {name: [row(r) for r in rs if r["point"]["optim.lr"] == lr]
+                               for name, lr in (("largest_lr", g["lrs"][-1]), ("best_lr", g["best_lr"]))
+                               if lr is not None}
     return out
 
 
@@ -166,9 +163,9 @@ def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
              f"{', '.join(f'{x:.3g}' for x in s['lrs'])}, extended by one ×2 step past an edge that holds a size's "
              f"optimum (up to {s['max_extend']} extensions). Depth: width {s['width']}, depths {s['depths']}. Width: "
              f"depth {s['width_depth']}, widths {s['widths']}, 4 heads. Base depth/width = the smallest. Rule "
-             "(`verdicts.transfer_status`, `verdicts.depth_transfer`): *transfers* if η* at the largest size is within 2× "
-             "of η* at the smallest, *moves* otherwise, *undetermined* if either sits at the grid's edge. LR sensitivity "
-             "at the largest size (Wortsman et al. 2023).", "",
+             "(`verdicts.transfer_status`, `verdicts.depth_transfer`): *transfers* if η* at the largest size is "
+             "within 2× of η* at the smallest, *moves* otherwise, *undetermined* if either sits at the grid's edge. "
+             "LR sensitivity at the largest size (Wortsman et al. 2023).", "",
              f"Unigram loss of the evaluation tokens (token frequencies, no context): {result['unigram']:.3f} nats; "
              "a best loss close to it means no lr trained that model beyond token frequencies, so its η* is weakly "
              "determined.", "",
@@ -177,7 +174,8 @@ def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
     for kind in ("depth", "width"):
         for label, r in result[kind].items():
             p = r["summary"]["panels"][0]
-            lrs = " → ".join("div." if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"]))
+            lrs = " → ".join("div." if v is None else f"{v:.3g}" + ("⚠" if e else "")
+                             for v, e in zip(p["best_lr"], p["edge"]))
             grid = f"{p['lr_grid'][0]:.3g}–{p['lr_grid'][-1]:.3g} ({len(p['lr_grid'])})"
             below = p["best_loss_largest"] - result["unigram"]
             lines.append(f"| {kind} | {label} | {lrs} | {p['best_lr_ratio']:.3g} | {p['status']} | "
@@ -186,19 +184,22 @@ def markdown(result: dict[str, Any], s: dict[str, Any]) -> str:
     ranked = sorted(result["depth"], key=lambda k: result["depth"][k]["summary"]["panels"][0]["sensitivity_largest"])
     ext = [f"{label}: {'; '.join(r['summary']['panels'][0]['extended'])}" for kind in ("depth", "width")
            for label, r in result[kind].items() if r["summary"]["panels"][0]["extended"]]
-    lines += ["", "LR sensitivity at the deepest model, lowest first: " + " < ".join(ranked) + ". ⚠ = η* at the grid's edge.",
-              "", "Grid extensions: " + (" — ".join(ext) if ext else "none (every optimum inside the starting grid)") + ".",
+    lines += ["", "LR sensitivity at the deepest model, lowest first: " + " < ".join(ranked)
+              + ". ⚠ = η* at the grid's edge.",
+              "", "Grid extensions: " + (" — ".join(ext) if ext else "none (every optimum inside the starting grid)")
+              + ".",
               "", "At the largest size, the largest lr of the grid: what the run ended with "
               "(largest attention logit, smallest attention entropy, median / largest pre-clip gradient norm):", "",
               "| sweep | scheme | size | lr | diverged | max logit | min entropy | grad norm median / max |",
               "|---|---|---|---|---|---|---|---|"]
-    num = lambda x: "—" if x is None else f"{x:.3g}"  # noqa: E731
+    num = lambda x: "—" if x is None else f"{x:.3g}"
     for kind in ("depth", "width"):
         for label, r in result[kind].items():
             size, e = list(r["summary"]["panels"][0]["explain"].items())[-1]
             for row in e["largest_lr"]:
-                lines.append(f"| {kind} | {label} | {size} | {row['lr']:g} | {row['diverged']} | {num(row['max_attn_logit'])} | "
-                             f"{num(row['min_attn_entropy'])} | {num(row['grad_norm_median'])} / {num(row['grad_norm_max'])} |")
+                lines.append(f"| {kind} | {label} | {size} | {row['lr']:g} | {row['diverged']} | "
+                             f"{num(row['max_attn_logit'])} | {num(row['min_attn_entropy'])} | "
+                             f"{num(row['grad_norm_median'])} / {num(row['grad_norm_max'])} |")
     lines += ["", f"**Verdict: {result['verdict']}.** {result['verdict_reason']}", ""]
     return "\n".join(lines)
 

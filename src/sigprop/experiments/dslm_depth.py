@@ -23,12 +23,8 @@ learning anything else). Verdict: `sigprop.experiments.verdicts.dslm_depth` (eve
 every standard run at DSLM's lr fails: reproduced; DSLM trains and some standard runs fail, or a
 standard model's largest stable lr is below DSLM's: partly).
 
-Wall time (measured on the 2-core machine, ``jobs=2``, shared with other runs at load 2–6): 141.7 min
-for 25 points — 23 at 192 layers (160–800 s each; 640–1460 s for standard Post-LN, whose trained
-gradients are subnormal floats, see ``train.flush_denormal``) and 2 at 1000 layers run side by side. The
-points' training times (timed under that load) sum to 4.0 hours, so even alone the run takes well over
-30 minutes; ``deep_seeds=(0,)`` or ``train.flush_denormal`` (which changes the standard Post-LN numbers)
-would shorten it.
+Cost: ``deep_seeds=(0,)`` halves the 1000-layer runs; ``train.flush_denormal`` speeds up the standard
+Post-LN runs, whose trained gradients are subnormal floats, but changes their numbers.
 
     from sigprop.experiments import dslm_depth
     summary = dslm_depth.run("runs/dslm-depth")            # dslm-depth.{json,png,md}
@@ -42,16 +38,16 @@ from typing import Any, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from ..train.sweep_report import log_ticks  # noqa: E402
-from . import verdicts  # noqa: E402
-from .dslm_moments import CONFIGS  # noqa: E402
-from .outputs import WallClock, write_outputs  # noqa: E402
-from .report import Table  # noqa: E402
-from .training import param_count, resolve_sizes, seed_stats, unigram_by_seed  # noqa: E402
-from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, sweep_runs, tune_all  # noqa: E402
+from ..train.sweep_report import log_ticks
+from . import verdicts
+from .dslm_moments import CONFIGS
+from .outputs import WallClock, write_outputs
+from .report import Table
+from .training import param_count, resolve_sizes, seed_stats, unigram_by_seed
+from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, sweep_runs, tune_all
 
 NAME = "dslm-depth"
 VOCAB = 512
@@ -64,8 +60,9 @@ QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "heads": 2, "seq": 1
 
 def tables(s: dict[str, Any], scheme: str, norm: str | None, depth: int) -> dict[str, Any]:
     """Run-config sections of one decoder (``depth`` × ``s["width"]``): constant lr after a 10 % warmup."""
-    return {"model": {"arch": "decoder", "scheme": scheme, "vocab_size": VOCAB, "d_model": s["width"], "n_layers": depth,
-                      "n_heads": s["heads"], "max_seq_len": s["seq"], **({"norm": norm} if norm else {})},
+    return {"model": {"arch": "decoder", "scheme": scheme, "vocab_size": VOCAB, "d_model": s["width"],
+                      "n_layers": depth, "n_heads": s["heads"], "max_seq_len": s["seq"],
+                      **({"norm": norm} if norm else {})},
             "data": {"source": "pydoc", "seq_len": s["seq"]},
             "optim": {"warmup_steps": max(1, s["steps"] // 10), "decay": "constant"},
             "train": {"steps": s["steps"], "batch_size": s["batch"], "eval_every": s["eval_every"], "eval_batches": 4,
@@ -109,21 +106,23 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
     sweeps, clock = Path(out_dir) / "sweeps", WallClock(out_dir, NAME)
     dslm = [k for k, (scheme, _) in CONFIGS.items() if scheme == "dslm"]
     standard = [k for k in CONFIGS if k not in dslm]
-    grid = lambda k: (tables(s, *CONFIGS[k], s["depth"]), s["lrs"])  # noqa: E731
+    grid = lambda k: (tables(s, *CONFIGS[k], s["depth"]), s["lrs"])
     tuned = tune_all(sweeps, {k: grid(k) for k in dslm}, s["seeds"], s["jobs"], s["max_extend"],
                      desc=f"{NAME}: DSLM", show_progress=show_progress)
     tuned |= tune_all(sweeps, {k: grid(k) for k in standard}, [], s["jobs"], s["max_extend"],
                       desc=f"{NAME}: standard", show_progress=show_progress)
     lr = {norm_of(k): tuned[k]["best_lr"] for k in dslm}                  # norm -> DSLM's chosen lr
     plan = {k: (CONFIGS[k], s["depth"]) for k in CONFIGS}
-    plan |= {f"{k} depth {s['deep_depth']}": (CONFIGS[k], s["deep_depth"]) for k in dslm if norm_of(k) in s["deep_norms"]}
+    plan |= {f"{k} depth {s['deep_depth']}": (CONFIGS[k], s["deep_depth"])
+             for k in dslm if norm_of(k) in s["deep_norms"]}
     runs = {k: tuned[k]["runs"] for k in dslm}
     for k, (cfg, depth) in plan.items():
         if k not in runs:          # standard at DSLM's lr, and the deep model (nothing to run if DSLM never trained)
             seeds = s["seeds"] if depth == s["depth"] else s["deep_seeds"]
             chosen = lr[norm_of(k.split(" depth")[0])]
             runs[k] = sweep_runs(sweeps, tables(s, *cfg, depth), [chosen], seeds, s["jobs"]) if chosen else []
-    unigram = unigram_by_seed([*(r for k in CONFIGS for r in tuned[k]["tuning_runs"]), *(r for rs in runs.values() for r in rs)])
+    unigram = unigram_by_seed([*(r for k in CONFIGS for r in tuned[k]["tuning_runs"]),
+                               *(r for rs in runs.values() for r in rs)])
     configs: dict[str, Any] = {}
     for k, rs in runs.items():
         (scheme, _), depth = plan[k]
@@ -144,14 +143,15 @@ def measure(out_dir: str | Path, quick: bool = False, show_progress: bool = True
     summary = {"verdict": name, "verdict_reason": reason, **summary}
     curves = {k: [{"seed": r["seed"], "lr": r["lr"], "val_curve": r["val_curve"],
                    "grad_curve": [[row[0], row[2]] for row in r["train_curve"]]} for r in rs] for k, rs in runs.items()}
-    curves["tuning"] = {k: [{"lr": r["lr"], "val_curve": r["val_curve"]} for r in tuned[k]["tuning_runs"]] for k in CONFIGS}
+    curves["tuning"] = {k: [{"lr": r["lr"], "val_curve": r["val_curve"]} for r in tuned[k]["tuning_runs"]]
+                        for k in CONFIGS}
     return curves, summary, s
 
 
 def judge(summary: dict[str, Any]) -> tuple[str, str]:
     """(verdict, reason): `verdicts.dslm_depth` on a summary's numbers (as saved in dslm-depth.json)."""
     configs, s = summary["configs"], summary["sizes"]
-    at = lambda scheme: {c["norm"]: c for k, c in configs.items()  # noqa: E731
+    at = lambda scheme: {c["norm"]: c for k, c in configs.items()
                          if (c["scheme"] == "dslm") == (scheme == "dslm") and c["depth"] == s["depth"]}
     deep = {k: c for k, c in configs.items() if c["depth"] == s["deep_depth"]}
     return verdicts.dslm_depth(at("dslm"), at("standard"), deep, s["steps"])
@@ -196,15 +196,16 @@ def plot(curves: dict[str, Any], summary: dict[str, Any], s: dict[str, Any]) -> 
 def table(summary: dict[str, Any]) -> Table:
     """One row per configuration: lr grid and largest stable lr, scored losses vs unigram, status, gradients."""
     rows = []
+    ms = lambda d, spread: f"{d['mean']:.3f}" + (f" ± {d['std']:.3f}" if spread else "")
     for key, c in summary["configs"].items():
-        ms = lambda d: f"{d['mean']:.3f}" + (f" ± {d['std']:.3f}" if len(c["seeds"]) > 1 else "")  # noqa: E731
+        spread = len(c["seeds"]) > 1
         g = " · ".join(f"{x['first']:.3g} → {x['last']:.3g} ({x['max']:.3g})" for x in c["grad_norm"])
         stable = ("–" if "lr_grid" not in c else "none" if c["largest_stable_lr"] is None else
                   f"{c['largest_stable_lr']:g}" + (" (grid top)" if c["largest_stable_at_top"] else ""))
         grid = lr_summary(c) if "lr_grid" in c else "–"
         rows.append([key.split(" depth")[0], c["depth"], grid, stable, "–" if c["lr"] is None else f"{c['lr']:g}",
-                     f"{c['params'] / 1e6:.2f} M", ms(c["initial_val_loss"]),
-                     ms(c["final_val_loss"]), f"{np.mean(c['unigram']):.3f}",
+                     f"{c['params'] / 1e6:.2f} M", ms(c["initial_val_loss"], spread),
+                     ms(c["final_val_loss"], spread), f"{np.mean(c['unigram']):.3f}",
                      ", ".join("trains" if t else "fails" for t in c["trains"]), g])
     return Table(["config", "depth", "lr grid (tuning seed)", "largest stable lr", "scored lr", "params",
                   "initial loss", "final loss", "unigram", "scored runs", "grad norm first → last (max)"], rows)

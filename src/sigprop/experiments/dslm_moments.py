@@ -89,7 +89,7 @@ def _relative_grad(records: list[Record]) -> list[Record]:
 
 def table(summary: dict[str, Any], meta: dict[str, Any]) -> Table:
     """One row per configuration: ranges measured (predicted), median errors, the depth laws."""
-    rng = lambda d: (f"{d['measured_range'][0]:.3g}–{d['measured_range'][1]:.3g} "  # noqa: E731
+    rng = lambda d: (f"{d['measured_range'][0]:.3g}–{d['measured_range'][1]:.3g} "
                      f"({d['predicted_range'][0]:.3g}–{d['predicted_range'][1]:.3g})")
     rows = []
     for name, s in summary.items():

@@ -26,9 +26,7 @@ Verdict rule: `sigprop.experiments.verdicts.entropy_collapse` on the final layer
 counts. The verdict is on the paper's parametrization; the same rule on the τ = √(n·n_k) models is
 reported beside (``verdict_temperature``).
 
-Wall time (estimate, from timed points: one 300-step run ≈ 14 s with a second beside it on the 2-core
-machine): 5 models × 3 lrs × 3 seeds = 45 runs ≈ 6–11 min with ``jobs=2``, up to 75 runs ≈ 18 min with
-both grid extensions.
+Runs: 5 models × 3 lrs × 3 seeds = 45 training runs, up to 75 with both grid extensions.
 
     from sigprop.experiments import entropy_collapse
     summary = entropy_collapse.run("runs/claims")      # entropy-collapse.json / .png / .md
@@ -42,16 +40,16 @@ from typing import Any, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from ..train.sweep_report import log_ticks  # noqa: E402
-from . import verdicts  # noqa: E402
-from .outputs import WallClock, progress, write_outputs  # noqa: E402
-from .report import Table  # noqa: E402
-from .shaped_vs_preln import DATA, MODEL, shaped_model, tables  # noqa: E402
-from .training import finished, mean_curve, resolve_sizes  # noqa: E402
-from .tuning import MAX_EXTEND, layer_stats, sweep_runs  # noqa: E402
+from ..train.sweep_report import log_ticks
+from . import verdicts
+from .outputs import WallClock, progress, write_outputs
+from .report import Table
+from .shaped_vs_preln import DATA, MODEL, shaped_model, tables
+from .training import finished, mean_curve, resolve_sizes
+from .tuning import MAX_EXTEND, layer_stats, sweep_runs
 
 NAME = "entropy-collapse"
 BASELINE = "Pre-LN"
@@ -97,7 +95,7 @@ def judge(summary: dict[str, Any], temperature: bool = False) -> tuple[str, str]
     """(verdict, reason): `verdicts.entropy_collapse` on a summary's numbers (as saved in entropy-collapse.json),
     Pre-LN against the shaped models of the paper's parametrization (or, ``temperature``, of τ = √(n·n_k))."""
     models, limit = summary["models"], summary["threshold"]
-    as_float = lambda d: {float(k): v for k, v in d.items()}  # noqa: E731
+    as_float = lambda d: {float(k): v for k, v in d.items()}
     shaped = {k: as_float(m["final_entropy"]) for k, m in models.items()
               if k != BASELINE and k.endswith(ALT) == temperature}
     return verdicts.entropy_collapse(as_float(models[BASELINE]["final_entropy"]), shaped, limit)
@@ -151,7 +149,7 @@ CLAIM = ("**Claim** (Shaped Transformer, App. D, Fig. 6): \"for the large learni
 def table(summary: dict[str, Any]) -> Table:
     """One row per model and lr: final layer-mean and minimum entropy, collapsed seeds, largest logit, stream
     RMS at the last sublayer, final loss."""
-    ms = lambda v, f: f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"  # noqa: E731
+    ms = lambda v, f: f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"
     rows = []
     for k, m in summary["models"].items():
         for lr, e in m["final_entropy"].items():

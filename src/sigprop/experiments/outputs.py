@@ -10,10 +10,10 @@ from typing import Any, Iterable, Iterator, TypeVar
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from ..train.sweep import finished_records  # noqa: E402
-from .report import Table  # noqa: E402
+from ..train.sweep import finished_records
+from .report import Table
 
 T = TypeVar("T")
 

@@ -49,7 +49,7 @@ class Table:
 
     def markdown(self) -> str:
         """A GitHub-flavoured Markdown table (caption as the paragraph above it), ``|`` in cells escaped."""
-        esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+        esc = lambda s: str(s).replace("|", "\\|")
         lines = ["| " + " | ".join(map(esc, self.header)) + " |", "|" + "---|" * len(self.header)]
         lines += ["| " + " | ".join(map(esc, row)) + " |" for row in self.cells()]
         return (f"{self.caption}\n\n" if self.caption else "") + "\n".join(lines) + "\n"
@@ -58,7 +58,7 @@ class Table:
         """An HTML <table> (numeric cells right-aligned, class "num"), its caption a paragraph above it."""
         cap = f'<p class="caption">{html.escape(self.caption)}</p>' if self.caption else ""
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
-        td = lambda c: f'<td class="num">{html.escape(c)}</td>' if is_numeric(c) else f"<td>{html.escape(c)}</td>"  # noqa: E731
+        td = lambda c: f'<td class="num">{html.escape(c)}</td>' if is_numeric(c) else f"<td>{html.escape(c)}</td>"
         body = "".join("<tr>" + "".join(map(td, row)) + "</tr>" for row in self.cells())
         return f"{cap}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

@@ -1,4 +1,5 @@
-"""Collect the claim runners' Markdown sections (those whose summary carries a ``verdict``) into one RESULTS.md with a verdict table on top."""
+"""Collect the claim runners' Markdown sections (those whose summary carries a ``verdict``) into one RESULTS.md
+with a verdict table on top."""
 from __future__ import annotations
 
 import importlib
@@ -15,10 +16,11 @@ HEADER = """# Reproducing the papers' claims at CPU scale
 
 Each section was written by `sigprop reproduce NAME` (JSON + PNG + this Markdown, in `runs/reproduce/NAME/`);
 `sigprop reproduce NAME --docs docs` writes this file from every claim finished in `runs/reproduce` (the
-runs are resumable: a finished point is read back, not retrained), each claim's summary in `docs/results/`. Machine: 2 CPU cores, no GPU. Verdict rules are
-code, fixed before the full runs: `src/sigprop/experiments/verdicts.py` for the training claims (each model
-at its own lr, chosen on an unscored seed from a grid that brackets it), each runner's docstring for the others. The figure
-reproductions have their own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
+runs are resumable: a finished point is read back, not retrained), each claim's summary in `docs/results/`.
+Machine: 2 CPU cores, no GPU. Verdict rules are code, fixed before the full runs:
+`src/sigprop/experiments/verdicts.py` for the training claims (each model at its own lr, chosen on an unscored
+seed from a grid that brackets it), each runner's docstring for the others. The figure reproductions have their
+own pages: [RESULTS_shaped_figs.md](RESULTS_shaped_figs.md) (The Shaped
 Transformer, Figs. 1, 2, 4, 5) and [RESULTS_dslm_moments.md](RESULTS_dslm_moments.md) (DeepScaleLM moments).
 What the verdicts mean at this scale, with the measurements made beside them:
 [RESULTS_discussion.md](RESULTS_discussion.md).

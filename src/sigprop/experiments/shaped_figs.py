@@ -26,15 +26,15 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from scipy import stats
 
-from ..simulate import ensemble  # noqa: E402
-from ..theory import sde  # noqa: E402
-from .outputs import progress, section, write_outputs  # noqa: E402
-from .report import Table  # noqa: E402
+from ..simulate import ensemble
+from ..theory import sde
+from .outputs import progress, section, write_outputs
+from .report import Table
 
 RHO0 = 0.2
 GAMMA, TAU0 = 0.3, 1.0
@@ -120,8 +120,8 @@ def plot_fig1(data: dict[str, Any], summary: dict[str, Any]) -> Any:
 def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """`measure_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
     data, summary = measure_fig1(quick, show_progress)
-    return write_outputs(out_dir, "fig1", data, summary, section("Fig. 1 — correlation over depth", table_fig1(summary)),
-                         plot_fig1(data, summary))
+    return write_outputs(out_dir, "fig1", data, summary,
+                         section("Fig. 1 — correlation over depth", table_fig1(summary)), plot_fig1(data, summary))
 
 
 FIG2_BLOCKS = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
@@ -322,7 +322,7 @@ def table_fig5(summary: dict[str, Any]) -> Table:
     """Per (s, γ): SDE stopped and exploded fractions and median stop time, the fraction of networks blown up
     per width and their median blow-up time at the largest width ("—": nothing blew up)."""
     widths = summary["network_widths"]
-    t = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+    t = lambda x: "—" if x is None else f"{x:.3f}"
     rows = [[f"{x['s']:g}", x["gamma"], f"{x['stopped_fraction']:.3f}", f"{x['exploded_fraction']:.3f}",
              t(x["median_stop_time"]), *(f"{x['network_blown_fraction'][str(n)]:.3f}" for n in widths),
              t(x["network_median_blowup_time"][str(widths[-1])])] for x in summary["rows"]]
@@ -337,7 +337,7 @@ def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     """Left: fraction blown up by t = 1 against γ; right: median blow-up time; SDE and networks, per scale s."""
     rows, widths, blowup = data["rows"], summary["network_widths"], summary["blowup"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    nan = lambda x: math.nan if x is None else x  # noqa: E731
+    nan = lambda x: math.nan if x is None else x
     for s in SCALES:
         r = [x for x in rows if x["s"] == s]
         line, = a.plot(GAMMAS, [x["exploded_fraction"] for x in r], "o-", label=f"SDE ‖V‖ ≥ {blowup:g}, s = {s:g}")

@@ -24,9 +24,7 @@ Verdict rule: `sigprop.experiments.verdicts.shaped_vs_preln` (every shaped varia
 tuned Pre-LN seed-mean final validation loss: reproduced; one within +5 % or all within +10 %: partly;
 inconclusive if a chosen lr is still at its grid's edge).
 
-Wall time (estimate, from timed points: 450 steps of this model ≈ 12 s alone, ≈ 30 s with a second run
-beside it on the 2-core machine): 7 models × (4 tuning lrs + ≤ 2 extensions + 3 seeds) ≈ 50–63 runs,
-≈ 13–16 min with ``jobs=2``.
+Runs: 7 models × (4 tuning lrs + ≤ 2 extensions + 3 seeds) = 49–63 training runs.
 
     from sigprop.experiments import shaped_vs_preln
     summary = shaped_vs_preln.run("runs/claims")       # shaped-vs-preln.json / .png / .md
@@ -39,15 +37,15 @@ from typing import Any, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from ..train.sweep_report import log_ticks  # noqa: E402
-from . import verdicts  # noqa: E402
-from .outputs import WallClock, write_outputs  # noqa: E402
-from .report import Table  # noqa: E402
-from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_by_seed  # noqa: E402
-from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all  # noqa: E402
+from ..train.sweep_report import log_ticks
+from . import verdicts
+from .outputs import WallClock, write_outputs
+from .report import Table
+from .training import finished, mean_curve, param_count, resolve_sizes, seed_stats, unigram_by_seed
+from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all
 
 NAME = "shaped-vs-preln"
 BASELINE = "Pre-LN"

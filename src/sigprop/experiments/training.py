@@ -65,10 +65,10 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     """Train a fresh model in ``out_dir`` and return its record (JSON-ready):
 
     ``final_val_loss`` and ``final_val_acc`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
-    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss, pre-clip gradient norm]], ``diag`` [[step, mean attention
-    entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diag_layers`` (`read_run`),
-    ``diverged``, ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections; ``train.out_dir``
-    and ``train.seed`` are set here, every other key is validated as usual.
+    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss, pre-clip gradient norm]], ``diag`` [[step, mean
+    attention entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diag_layers``
+    (`read_run`), ``diverged``, ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections;
+    ``train.out_dir`` and ``train.seed`` are set here, every other key is validated as usual.
     """
     run_dir = Path(out_dir)
     _fresh(run_dir)

@@ -188,7 +188,7 @@ def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: M
             problems.append(f"standard {norm}: {len(m['seeds'])} scored seed(s), the rule needs {min_seeds}")
     if problems:
         return _inconclusive(problems)
-    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]  # noqa: E731
+    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
     dslm_ok = all(all(ok(m)) for m in (*dslm.values(), *deep.values()))
     std_fail = [not t for m in standard.values() for t in ok(m)]
     stable = {k: largest_stable_lr(m)[0] for k, m in {**{f"DSLM {n}": m for n, m in dslm.items()},

@@ -39,11 +39,11 @@ from ..models import ModelConfig
 from ..nn import Residual, TokenEmbedding, make_activation
 from ..nn.roles import role_of
 from ..schemes import ParamInfo, Site, dslm, get_scheme
+from ..theory.gated import gate_moment, gated_kernel
 from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces, record_std
 from .bert import Bert
 from .gpt2 import GPT2
 from .llama import Llama
-from ..theory.gated import gate_moment, gated_kernel
 from .shaped import NAME, ShapedMix, register
 
 FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
@@ -201,8 +201,8 @@ def _head_pieces(model: nn.Module, seen: dict[int, int]) -> Iterator[Piece]:
 @torch.no_grad()
 def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, int]:
     """Initialize every parameter of ``model`` from its role (bias 0, norm 1, shaping constants as their module
-    set them, else N(0, (gain·std)²), gains in the module docstring). Every element of every parameter must be covered exactly once;
-    returns counts per role.
+    set them, else N(0, (gain·std)²), gains in the module docstring). Every element of every parameter must be
+    covered exactly once; returns counts per role.
     """
     scheme = get_scheme(cfg.scheme)
     stack = "dec" if cfg.arch == "decoder" else "enc"

@@ -113,5 +113,6 @@ class Bert(Family):
         t = predictions.transform
         if bool(predictions.bias.detach().any()):
             raise NotImplementedError("MLM head bias is non-zero; the moment maps describe zero biases")
-        return [walk.linear(t.dense, "head", "MLM transform dense"), walk.component(t.transform_act_fn, "MLM activation"),
+        return [walk.linear(t.dense, "head", "MLM transform dense"),
+                walk.component(t.transform_act_fn, "MLM activation"),
                 walk.component(t.LayerNorm, "MLM LayerNorm"), tied_head(walk, model, predictions.decoder)]

@@ -47,7 +47,8 @@ class Llama(Family):
 
     def mirror(self, config: Any) -> dict[str, Any]:
         # activation "gelu": the smooth-activation rules of the schemes give unit gate/up pre-activations
-        # (σ² = 1/d); apply() then corrects W_down from m₂(GeLU) to the gate's m₂ (`sigprop.theory.gated.gated_output_moment`).
+        # (σ² = 1/d); apply() then corrects W_down from m₂(GeLU) to the gate's m₂
+        # (`sigprop.theory.gated.gated_output_moment`).
         return dict(arch="decoder", vocab_size=config.vocab_size, d_model=config.hidden_size,
                     n_layers=config.num_hidden_layers, n_heads=config.num_attention_heads,
                     d_ff=config.intermediate_size, max_seq_len=config.max_position_embeddings,
@@ -96,7 +97,8 @@ class Llama(Family):
                              walk.component(mlp.act_fn, "MLP gate activation"))]
         attn = block.self_attn
         _check_rope(walk.model.base_model.rotary_emb)
-        window = attn.sliding_window if hasattr(attn, "sliding_window") else getattr(attn.config, "sliding_window", None)
+        window = (attn.sliding_window if hasattr(attn, "sliding_window")
+                  else getattr(attn.config, "sliding_window", None))
         if window is not None and L > window:
             raise NotImplementedError(f"sliding-window attention (window {window} < {L} tokens) has no moment map")
         n_heads, d = attn.config.num_attention_heads, attn.config.hidden_size

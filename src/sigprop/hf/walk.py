@@ -148,9 +148,9 @@ class Walk:
                     raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
                                               "norm's input is neither normalized nor Gaussian")
                 centered = isinstance(norm, LayerNorm)
+                align = (2.0 if centered else 1.0) if n == len(sites) - 1 else 0.0
                 chain.append(PostNormResidual(alpha, beta, serial(*branch), norm.d, centered,
-                                              normalized_input=n > 0 or normalized,
-                                              upstream_align=(2.0 if centered else 1.0) if n == len(sites) - 1 else 0.0))
+                                              normalized_input=n > 0 or normalized, upstream_align=align))
             labels.append((i + 1, kind))
         tail = [c for c in (self.component(family.final_norm(base), "final norm"),) if c is not None]
         tail += [c for c in family.head_maps(self, self.model) if c is not None]

@@ -84,8 +84,8 @@ class ModelConfig:
     n_heads: int = 4                  # attention heads; d_model % n_heads == 0
     d_ff: int | None = None           # MLP hidden width; None → 4·d_model
     max_seq_len: int = 128            # longest sequence (learned position table size)
-    scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep | gpt2
-    #                                   | admin
+    scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep
+    #                                   | gpt2 | admin
     norm: str | None = None           # preln | postln | none; None → the scheme's default
     norm_type: str = "layernorm"      # layernorm | rmsnorm
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
@@ -137,7 +137,8 @@ class ModelConfig:
         self._check_transfer()
         scheme.check(self)
         self._check_used()
-        if self.arch != "encdec":        # unused; a saved n_dec_layers == n_layers (the old resolved value) reads as None
+        # unused outside encdec; a saved n_dec_layers == n_layers (the old resolved value) reads as None
+        if self.arch != "encdec":
             object.__setattr__(self, "n_dec_layers", None)
         elif self.n_dec_layers is None:
             object.__setattr__(self, "n_dec_layers", self.n_layers)

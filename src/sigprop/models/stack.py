@@ -9,11 +9,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..nn import Attention, Block, MLP, ShapedAttention, Sublayer, make_activation, make_norm
+from ..nn import MLP, Attention, Block, ShapedAttention, Sublayer, make_activation, make_norm
 from ..nn.maps import component_of
 from ..nn.roles import tag_site
-from ..theory.moments.state import Component, Moments
 from ..schemes import Scheme, Site, get_scheme
+from ..theory.moments.state import Component, Moments
 from .config import ModelConfig
 
 PLACEMENT = {"preln": "pre", "postln": "post", "none": "none"}

@@ -41,6 +41,7 @@ class MLP(nn.Module):
         """Linear(d → d_ff) · activation · Linear(d_ff → d), from the two weights' init stds."""
         for name in ("fc1", "fc2"):
             zero_bias(getattr(self, name), f"MLP {name}")
-        return serial(Linear(self.fc1.in_features, self.fc1.out_features, weight_var(self.fc1.weight, "MLP fc1.weight")),
+        fc1, fc2 = self.fc1, self.fc2
+        return serial(Linear(fc1.in_features, fc1.out_features, weight_var(fc1.weight, "MLP fc1.weight")),
                       component_of(self.act, "MLP activation"),
-                      Linear(self.fc2.in_features, self.fc2.out_features, weight_var(self.fc2.weight, "MLP fc2.weight")))
+                      Linear(fc2.in_features, fc2.out_features, weight_var(fc2.weight, "MLP fc2.weight")))

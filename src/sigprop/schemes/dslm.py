@@ -17,9 +17,10 @@ over ``n_tokens`` keys (causal in a decoder stack), both from `sigprop.theory.ds
 through the blocks, which carries causal stacks' position-dependent correlations and repeated tokens),
 beyond that the authors' depth recursion of the mean correlation with the finite-length attention gain
 and output correlation. Both give G → r_l for long bidirectional sequences (the authors' V/O init) and
-add the token-specific part at finite and causal length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the same token)/T under a Zipf unigram law,
-0 for a ViT (patches of independent pixels; real images are correlated: set ``dslm_r0``), which also
-attends over its 1 + (image/patch)² tokens rather than max_seq_len (`ModelConfig.n_tokens`).
+add the token-specific part at finite and causal length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the
+same token)/T under a Zipf unigram law, 0 for a ViT (patches of independent pixels; real images are correlated:
+set ``dslm_r0``), which also attends over its 1 + (image/patch)² tokens rather than max_seq_len
+(`ModelConfig.n_tokens`).
 """
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def plot_paths(stats: dict[str, Any], title: str, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     t = np.asarray(stats["t"])
-    arr = lambda v: np.array([math.nan if x is None else x for x in v])  # noqa: E731
+    arr = lambda v: np.array([math.nan if x is None else x for x in v])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "corr", "correlation ρ¹²"), (axes[1], "var", "variance V¹¹")):
         s = stats[key]
@@ -237,7 +237,7 @@ def simulate_main(argv: Sequence[str]) -> int:
         {"command": "sigprop simulate " + " ".join(argv), "options": options, **stats}, indent=1))
     plot_paths(stats, title, out / f"{args.what}.png")
     c, v = stats["corr"], stats["var"]
-    g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+    g = lambda x: "n/a" if x is None else f"{x:.4g}"
     print(f"{title}\nat t = {stats['t'][-1]:g}: median ρ¹² {g(c['q50'][-1])} (5–95 %: {g(c['q05'][-1])} to "
           f"{g(c['q95'][-1])}), median V¹¹ {g(v['q50'][-1])}")
     print(f"wrote {out / (args.what + '.json')} and {out / (args.what + '.png')}")

@@ -23,10 +23,10 @@ Recursion over the blocks of a stack, residual x ← λx + β·D(f(x)) (λ² + �
 **Token Gram recursion** (`gram_correlations`, used for T ≤ ``GRAM_MAX_TOKENS``). The mean recursion above sees
 one number per population of token pairs; a causal stack builds position-dependent correlations (late positions
 average many shared keys and grow alike) and one embedding table makes repeated tokens identical, and the gain is
-not linear in the pair correlations. Measured on GPT-2/LLaMA/sigprop decoders at T = 32–128 (docs/hf.md) the mean
-recursion leaves attention branches 2–14 % above 1 (16 networks). The Gram recursion carries the whole expected token Gram
-matrix V (T × T) of S sampled sequences instead, with each attention sublayer evaluated on Gaussian tokens of that
-Gram at the model's width:
+not linear in the pair correlations: on GPT-2/LLaMA/sigprop decoders the mean recursion leaves attention branches
+above 1 (measured in docs/hf.md). The Gram recursion carries the whole expected token Gram matrix V (T × T) of S
+sampled sequences instead, with each attention sublayer evaluated on Gaussian tokens of that Gram at the model's
+width:
 
   embedding  V_jj' = (1 − p)([t_j = t_j'] + S_sh + (T_tab − 1 − S_sh)[j = j'])/T_tab off the diagonal, 1 on it,
              tokens t drawn from the Zipf law the scheme assumes (`sigprop.theory.moments.embedding.zipf_ids`);
@@ -50,7 +50,7 @@ import torch
 
 from .moments.attention import attention_gain
 
-GRAM_MAX_TOKENS = 256      # above it the O(T²(T + d)) Gram recursion costs seconds per block; the mean recursion is used
+GRAM_MAX_TOKENS = 256      # above it the O(T²(T + d)) Gram recursion costs seconds per block: the mean recursion
 
 
 def pair_overlap(L: int, causal: bool) -> float:

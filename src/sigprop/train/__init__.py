@@ -18,5 +18,5 @@ from .trainer import NonFiniteLossError, Trainer, TrainState
 __all__ = ["Callback", "Diagnostics", "CheckpointError", "list_checkpoints", "load_checkpoint",
            "save_checkpoint", "eval_main", "generate_main", "train_main", "DataConfig", "OptimConfig",
            "RunConfig", "TrainConfig", "load_config", "load_documents", "split_documents", "DataBundle",
-           "prepare_data", "read_jsonl", "make_optimizer", "load_run", "train", "RecoverSchedule", "lr_at", "BPETokenizer",
-           "NonFiniteLossError", "Trainer", "TrainState"]
+           "prepare_data", "read_jsonl", "make_optimizer", "load_run", "train", "RecoverSchedule", "lr_at",
+           "BPETokenizer", "NonFiniteLossError", "Trainer", "TrainState"]

@@ -128,8 +128,9 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
 
 def checkpoint_files(path: Path) -> tuple[Path, Path, Path]:
     """The three files of the checkpoint whose JSON is ``path``: JSON, weights, state."""
-    stem = Path(path).name[:-len(".json")]
-    return Path(path), Path(path).with_name(f"{stem}.weights.safetensors"), Path(path).with_name(f"{stem}.state.safetensors")
+    path = Path(path)
+    stem = path.name[:-len(".json")]
+    return path, path.with_name(f"{stem}.weights.safetensors"), path.with_name(f"{stem}.state.safetensors")
 
 
 def resume_point(ckpt_dir: Path, chosen: str | Path | None) -> Path | None:

@@ -54,7 +54,7 @@ class OptimConfig:
     beta2: float = 0.95              # AdamW beta2
     eps: float = 1e-8                # AdamW epsilon
     grad_clip: float = 1.0           # max global grad norm (0 = no clipping)
-    z_loss: float = 0.0              # coefficient of log²Z (Z = the output softmax normaliser) added to the training loss
+    z_loss: float = 0.0              # coefficient of log²Z (Z = the output softmax normaliser) in the training loss
 
     def __post_init__(self) -> None:
         check_fields(self, "optim.", {"lr": POSITIVE, "min_lr_ratio": UNIT_CLOSED, "weight_decay": NONNEGATIVE,

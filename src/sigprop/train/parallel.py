@@ -128,8 +128,7 @@ def gather_state(model: nn.Module, optimizer: torch.optim.Optimizer
     state dicts on rank 0's CPU (empty on other ranks). Collective under FSDP: every rank calls it."""
     if not is_sharded(model):
         return model, optimizer
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights = get_model_state_dict(model, options=opts)
@@ -146,8 +145,7 @@ def restore_state(path: Path, model: nn.Module, model_config: dict[str, Any],
     run's ranks under FSDP (any world size), loaded as is otherwise. Returns the checkpoint record."""
     if not is_sharded(model):
         return load_checkpoint(path, model, model_config, optimizer)
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     record, weights, optim = read_states(path, model_config)
     names = _param_names(model, optimizer)

@@ -67,7 +67,8 @@ def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str
     with flushed_denormals(cfg.train.flush_denormal):
         dist = init_distributed(cfg.train.device)
         try:
-            run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)   # every rank fails alike
+            # every rank fails alike
+            run_dir = prepare_run_dir(cfg, argv) if dist.is_main else check_run_dir(cfg.train)
             barrier(dist)
             data = prepare_data(cfg, run_dir, save_tokenizer=dist.is_main)
             seed_everything(cfg.train.seed)

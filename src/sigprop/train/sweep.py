@@ -204,7 +204,7 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict
     """Train one point from scratch (its folder is cleared first) and return its JSON line.
 
     Raises KeyboardInterrupt if the run was stopped by a signal (the point is then not finished)."""
-    from .run import train                      # in the worker: keeps the parent's import light
+    from .run import train  # in the worker: keeps the parent's import light
 
     cfg = from_mapping(RunConfig, cfg_dict)
     run_dir = Path(cfg.train.out_dir)
@@ -228,7 +228,8 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict
             "initial_val_loss": evals[0] if evals else math.nan,
             "final_val_loss": math.nan if diverged else evals[-1],
             "best_val_loss": min(finite) if finite else math.nan, "diverged": diverged, "error": error,
-            "max_attn_logit": max(logits) if logits else None, "min_attn_entropy": min(entropies) if entropies else None,
+            "max_attn_logit": max(logits) if logits else None,
+            "min_attn_entropy": min(entropies) if entropies else None,
             "grad_norm": _grad_summary([r["grad_norm"] for r in records if r["kind"] == "train"]),
             "steps_done": max([r["step"] for r in records if r["kind"] == "train"], default=0),
             "wall_s": round(wall, 3)}
@@ -296,7 +297,7 @@ def worker_pool(jobs: int) -> cf.Executor:
     """``jobs`` worker processes that share the CPU (for ``jobs`` <= 1: this process, each call run as it is
     submitted). Each worker runs torch on cores/jobs threads (at least 1), so ``jobs`` workers do not
     oversubscribe the cores torch would use in one process. Fork, so a worker starts with the parent's imports
-    (spawn re-imports torch: tens of seconds on a loaded machine, bench/RESULTS.md); spawn where fork does not
+    (spawn re-imports torch in every worker; bench/RESULTS.md times both); spawn where fork does not
     exist."""
     if jobs <= 1:
         return _InProcess()
@@ -307,7 +308,8 @@ def worker_pool(jobs: int) -> cf.Executor:
 
 
 def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every unfinished point (``jobs`` worker processes, or in-process for 1); returns all records in grid order."""
+    """Run every unfinished point (``jobs`` worker processes, or in-process for 1); returns all records in grid
+    order."""
     resolved = resolve(spec)                                  # every point validated before anything runs
     log = spec.out_dir / "sweep.jsonl"
     done = finished_records(log)

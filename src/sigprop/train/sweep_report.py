@@ -78,7 +78,8 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
         rows.append({"group": label, "panel": g["panel"], "size": g["size"], "lrs": lrs, "loss": loss,
                      "initial_loss": init, "best_lr": lrs[k] if math.isfinite(best) else None,
                      "best_loss": best, "edge": len(lrs) > 1 and k in (0, len(lrs) - 1),
-                     "sensitivity": float(np.mean([min(v, init) for v in loss]) - best) if math.isfinite(best) else math.nan,
+                     "sensitivity": (float(np.mean([min(v, init) for v in loss]) - best) if math.isfinite(best)
+                                     else math.nan),
                      "n_seeds": len(g["runs"][lrs[0]])})
     panels = []
     for panel in dict.fromkeys(r["panel"] for r in rows):

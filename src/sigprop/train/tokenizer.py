@@ -48,7 +48,7 @@ class BPETokenizer:
             raise ValueError(invalid(field, str(path), "an existing tokenizer.json file (no such file)"))
         try:
             tok = Tokenizer.from_file(str(path))
-        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for unreadable or non-JSON files
+        except Exception as e:  # tokenizers raises a bare Exception for unreadable or non-JSON files
             raise ValueError(invalid(field, str(path), f"a tokenizer.json file that tokenizers can read ({e})")) from e
         try:
             return cls(tok)

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..models import calibrate
 from .callbacks import Callback, Diagnostics
-from .checkpoint import capture_rng, resume_point, restore_rng, save_checkpoint, set_aside_newer
+from .checkpoint import capture_rng, restore_rng, resume_point, save_checkpoint, set_aside_newer
 from .config import RunConfig
 from .data import DataBundle
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier

@@ -10,8 +10,8 @@ from .attention import Attention
 from .blocks import Serial, attention_block, ffn_block, serial
 from .cross_attention import CrossAttention, MemoryView, QueryView
 from .dropout import Dropout
-from .gated import GatedMLP
 from .embedding import Embedding, PatchEmbedding, zipf_collision_approx, zipf_collision_probability
+from .gated import GatedMLP
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth

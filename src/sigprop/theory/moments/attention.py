@@ -40,9 +40,18 @@ import numpy as np
 
 from .linear import Linear
 from .softmax import QUADRATURE_BETA_MAX
-from .tables import (PAIR_KEYS, ROW_KEYS, FunctionalTable, RowTable, exact_pairs, exact_rows, functional_table,
-                     key_counts, row_table)
 from .state import Moments, check_nonneg, check_positive, check_prob, check_size, ratio, replace
+from .tables import (
+    PAIR_KEYS,
+    ROW_KEYS,
+    FunctionalTable,
+    RowTable,
+    exact_pairs,
+    exact_rows,
+    functional_table,
+    key_counts,
+    row_table,
+)
 
 
 @lru_cache(maxsize=64)

@@ -61,7 +61,7 @@ class CrossAttention:
 
     def __post_init__(self) -> None:
         check_size("T", self.T)
-        self.keys                                   # validates the rest
+        self.keys  # noqa: B018 - building the shared algebra validates the rest
 
     @cached_property
     def keys(self) -> Attention:

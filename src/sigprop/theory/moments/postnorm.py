@@ -2,7 +2,7 @@
 
 `LayerNorm`/`RMSNorm` assume i.i.d. Gaussian input features and a gradient independent of the input
 direction. Inside a Post-LN stack neither holds, and the O(1/d) errors compound over the 2N norms
-(at d = 128, N = 48 the gradient drifts 2× from the measured): x is the previous norm's output
+(docs/moments.md measures the drift): x is the previous norm's output
 (|Px|² = d exactly, already mean-free), and the incoming gradient is the input gradient of the next
 Post-LN sublayer, which is mean-free up to its branch part and orthogonal to its input by scale
 invariance (exactly, for a degree-1 homogeneous branch such as a bias-free ReLU MLP). With
@@ -18,8 +18,8 @@ a ReLU FFN's |h|² = Σ_k relu(u_k)² fluctuates by Var/E² = 5/d_ff, and two to
 bivariate normal of correlation r = cos θ, s = sin θ (Stein's lemma, E[vF] = E∂_vF + rE∂_uF):
   I₁₁ = E relu(u)relu(v) = (s + (π − θ)r)/2π,  I₂₂ = ((π − θ)(1 + 2r²) + 3rs)/2π,
   I₃₁ = E relu(u)³relu(v) = 3r((π − θ) + rs)/2π + s³/π;
-attention's value path has two Gaussian maps (W_v, then W_o): 2/d, 2r_f/d, 2r_f²/d once more. The delta method on cos = K_ij/√(K_ii K_jj) and on
-1/K_ii (v = Var K_ii/EK², c₂ = Cov(K_ii, K_jj)/EK², ρ = EK_ij/EK) gives
+attention's value path has two Gaussian maps (W_v, then W_o): 2/d, 2r_f/d, 2r_f²/d once more. The delta method
+on cos = K_ij/√(K_ii K_jj) and on 1/K_ii (v = Var K_ii/EK², c₂ = Cov(K_ii, K_jj)/EK², ρ = EK_ij/EK) gives
   r_y = ρ(1 + ¾v + ¼c₂) − Cov(K_ij, K_ii)/EK²,
   σ_gz² = σ_gy² (1 + v)(1 − S/d)/EK,   Cov_gz = r_gy σ_gy² (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK,
 S = d·(fraction of the incoming gradient along the mean and the token's own direction): 2 (centred; 1 for
@@ -27,15 +27,13 @@ RMSNorm) for the last sublayer, whose gradient comes from the head; inside the s
 gradient is the next sublayer's input gradient α g_z' + β g_z' J_f'ᵀ, whose first part is mean-free and
 whose branch part is not (an isotropic 1/d of it lies along the mean), so a centred norm loses
 S = d·(1/d)·(branch part's share of the next input gradient) (`trace_bwd`; per position in `causal`).
-Monte Carlo (d = 32, an FFN sublayer under x ↦ LN(x + x W_v W_o), S = 0.62; tests/test_moments_postnorm.py):
-+1.9% with S = 0, −0.1% with it; the depth-48 Post-LN decoder's gradient error falls 11.5% → 2.2%
-(docs/moments.md §6). For Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²)
+Monte Carlo: an FFN sublayer under x ↦ LN(x + x W_v W_o) in tests/test_moments_postnorm.py, the depth-48
+Post-LN decoder's gradient in docs/moments.md §6. For Gaussian x and S = 2 this is the `LayerNorm` map to O(1/d²)
 (r(1 − (1−r²)/2d), (1 + 1/d)/σ²).
 Not modelled: the own-direction part of S (an attention branch over several keys is not homogeneous, so
 its input gradient keeps a component along x), and for Gaussian x with a homogeneous branch the coupling
-|f|² ∝ |x|² of the stream and branch norms (family `postnorm` of tests/moments_mc.py, its largest
-gradient-variance residual, 2.0%; in a model only the first sublayer sees Gaussian x, and its branch is
-attention).
+|f|² ∝ |x|² of the stream and branch norms (family `postnorm` of tests/moments_mc.py; in a model only the
+first sublayer sees Gaussian x, and its branch is attention).
 
 Radial constraint (`radial_factor`). g_z ⊥ z exactly (N(cz) = N(z)), so the gradient entering the
 residual is not independent of its Jacobian J = αI + βJ_f: for a degree-1 homogeneous branch
@@ -52,8 +50,8 @@ causal token, which attends only to itself: `VO_KURTOSIS`), 2 + (2d + 5)/d_ff fo
 (E[relu(x·w) w] = σ₁²x/2 by Stein's lemma, and the Wishart moment E|hW₂W₂ᵀ|² = σ₂⁴ d|h|²(d + d_ff + 1)).
 In a standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the ~0.7%-per-sublayer
 excess a first-token gradient otherwise accumulates. Monte Carlo: tests/test_moments_postnorm.py and
-tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py` (the FFN at d = 32, 64, 128:
-−0.8 / +0.2 / −0.0% with the corrections, +0.5 / +0.8 / +0.3% without, s.e. 0.3–0.5%; bench/RESULTS.md).
+tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py` (the FFN at d = 32, 64, 128;
+bench/RESULTS.md).
 
 Coherent value path (`coherent_radial`). Attention over many keys is not homogeneous token by token, but
 on rank-collapsed tokens (ρ → 1, near-uniform rows) the value path acts on the tokens' common mode as the
@@ -67,11 +65,9 @@ token (M = 1) the two add up to δ above. The per-position backward (`causal`) u
 exchangeable one subtracts (β²a δ_V/(k − 1) + 2αβκ)·M_z from the variance and the covariance (M_z = the
 per-feature variance of the tokens' mean gradient, M = 11ᵀ/L), weighted by 1/(1 + d(1 − ρ)): the common
 mode is coherent only once the tokens' own parts, 1 − ρ of the norm input, drop below O(1/d).
-`bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, gradient corr 0.5, 12000 samples, s.e.
-0.3%): token corr r = 0.99 / 0.95 / 0.9, gradient covariance +2.6 / +2.3 / +1.9% without, +1.0 / +1.4 / +1.4%
-with; variance +1.9 / +1.3 / +0.7% without, +0.7 / +0.8 / +0.3% with (at d = 32, r = 0.99:
-tests/test_moments_postnorm.py). The per-position backward applies it unweighted: it runs on collapsed
-stacks only, and its first-token part is exact.
+Monte Carlo: `bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, token corr r = 0.99 / 0.95 / 0.9;
+bench/RESULTS.md) and, at d = 32, r = 0.99, tests/test_moments_postnorm.py. The per-position backward applies
+it unweighted: it runs on collapsed stacks only, and its first-token part is exact.
 """
 from __future__ import annotations
 
@@ -138,7 +134,8 @@ def _orthant_moments(r: float) -> tuple[float, float, float]:
     """I₁₁, I₂₂, I₃₁ of a unit bivariate normal with correlation ``r`` (module docstring)."""
     r = max(-1.0, min(1.0, r))
     theta, s = math.acos(r), math.sqrt(max(0.0, 1 - r * r))
-    return ((s + (math.pi - theta) * r) / (2 * math.pi), ((math.pi - theta) * (1 + 2 * r * r) + 3 * r * s) / (2 * math.pi),
+    return ((s + (math.pi - theta) * r) / (2 * math.pi),
+            ((math.pi - theta) * (1 + 2 * r * r) + 3 * r * s) / (2 * math.pi),
             3 * r * ((math.pi - theta) + r * s) / (2 * math.pi) + s ** 3 / math.pi)
 
 

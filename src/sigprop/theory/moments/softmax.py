@@ -108,7 +108,8 @@ class PairSums:
                               + np.sqrt(np.maximum(0.0, 1 - rho * rho))[:, None, None] * self.x[None, :]))  # (R, Z, W)
         self.k1 = np.exp(-self.t[:, None] * self.e1[None, :])                          # (T, Z)
         self.k2t = np.exp(-self.t[None, None, :, None] * self.e2[:, :, None, :])       # (R, Z, T', W)
-        m2 = self.wx @ (self.k2t @ self.wx)                                             # (R, T'): a key only query 2 sees
+        # (R, T'): a key only query 2 sees
+        m2 = self.wx @ (self.k2t @ self.wx)
         n1, n2 = self.pairs[:, 0].astype(int), self.pairs[:, 1].astype(int)
         self.n1, where = np.unique(n1, return_inverse=True)
         counts = np.zeros((len(self.n1), int((n2 - n1).max()) + 1))                   # pairs per (n1, n2 − n1)
@@ -127,7 +128,8 @@ class PairSums:
         return self._phi[key]
 
     def _keys_outside(self, k: int) -> np.ndarray:
-        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (R, T, T'): the keys outside a k-index monomial (Horner in n1)."""
+        """Σ_n1 n1^(k) M_both^{n1−k} Σ_n2 M_2^{n2−n1}, (R, T, T'): the keys outside a k-index monomial (Horner in
+        n1)."""
         both, last = self.phi(0, 0, 0, 0), None
         out = np.zeros_like(both)
         for n1, extra in zip(self.n1[::-1], self.extra[::-1]):          # descending n1

@@ -96,8 +96,8 @@ class RowTable:
         values, self.row_log = _fit(rows, ROW_KEYS)
         self.row_coef = np.linalg.solve(_vander(xb, ROW_NODES), values)                           # (nb, k)
         profiles = np.array([[f[k] for k in PROFILE_KEYS] for f in per_n]) if causal else None    # (nb, k, L)
-        self.profile_coef = None if profiles is None else np.einsum("bi,ikl->bkl", np.linalg.inv(_vander(xb, ROW_NODES)),
-                                                                    profiles)
+        self.profile_coef = (None if profiles is None
+                             else np.einsum("bi,ikl->bkl", np.linalg.inv(_vander(xb, ROW_NODES)), profiles))
 
     @staticmethod
     def covers(beta2: float) -> bool:
