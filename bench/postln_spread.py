@@ -61,7 +61,8 @@ def spreads(cfg: ModelConfig, data) -> dict[str, float]:
         model = build_model(cfg).double()
         lm_loss(targets)(model(ids)).backward()
         for kind, params in WEIGHTS.items():
-            weights[kind].append([sum(float(p.grad.pow(2).sum()) for p in params(b)) ** 0.5 for b in model.stack.blocks])
+            norms = [sum(float(p.grad.pow(2).sum()) for p in params(b)) ** 0.5 for b in model.stack.blocks]
+            weights[kind].append(norms)
     pred = np.array([r.grad_var for r in predict(cfg, seq_len=SEQ)])
     return {"stream LM": ratio(stream["LM"]), "stream proj": ratio(stream["proj"]),
             "stream predicted": float(pred.max() / pred.min()), **{k: ratio(v) for k, v in weights.items()}}
