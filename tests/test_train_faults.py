@@ -235,6 +235,9 @@ def test_healthy_and_last_good_definition():
     lg.observe(math.nan, math.nan)
     assert lg.good == Path("a.json") and lg.best == 3.0
     assert lg.meta() == {"last_good": "a.json", "best_loss": 3.0}
+    fresh = LastGood().meta()                    # written before any finite loss: best_loss null
+    resumed = LastGood.from_record(Path("b.json"), fresh)
+    assert fresh["best_loss"] is None and resumed.best == math.inf and resumed.pending == Path("b.json")
 
 
 def test_out_dir_that_sigprop_did_not_create_is_left_untouched(tmp_path, monkeypatch, capsys):
