@@ -34,7 +34,8 @@ def shipped_files() -> list[Path]:
     for entry in SHIPPED:
         path = ROOT / entry
         candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        files += [p for p in candidates if p.suffix in SUFFIXES and "__pycache__" not in p.parts and p != SELF]
+        files += [p for p in candidates if p.suffix in SUFFIXES and p != SELF
+                  and not any(part == "__pycache__" or part.endswith(".egg-info") for part in p.parts)]
     return files
 
 
