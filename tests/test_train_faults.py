@@ -63,6 +63,20 @@ def test_resume_is_bit_exact(finished, tmp_path):
     assert events == ["checkpoint", "interrupted", "resumed", "checkpoint", "checkpoint"]
 
 
+def test_a_stage_stops_at_stop_at_and_its_resume_finishes_the_same_schedule(finished, tmp_path):
+    """train.stop_at ends the run early with a checkpoint while the lr schedule keeps train.steps' length; a
+    resume with stop_at=0 continues to train.steps exactly as one uninterrupted run."""
+    ref_dir, _ = finished
+    sets = ("train.steps=8", "train.ckpt_every=4", "train.eval_every=4")
+    stage = train(cfg_for(tmp_path, *sets, "train.stop_at=4"))
+    assert stage.state.step == 4 and stage.stop_reason is None
+    assert [int(p.name[5:13]) for p in list_checkpoints(tmp_path / "checkpoints")] == [4]
+    train(cfg_for(tmp_path, *sets, "train.resume=true"))
+    assert loss_curve(tmp_path) == loss_curve(ref_dir)
+    with pytest.raises(ValueError, match=r"train\.stop_at.*train\.steps=8"):
+        cfg_for(tmp_path, *sets, "train.stop_at=9")
+
+
 def copy_run(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

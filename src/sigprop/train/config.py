@@ -66,7 +66,9 @@ class OptimConfig:
 class TrainConfig:
     """The loop: length, batch, cadence of eval/logging/checkpoints, faults, schedules."""
 
-    steps: int = 1000                # optimizer steps
+    steps: int = 1000                # optimizer steps (the lr schedule's length)
+    stop_at: int = 0                 # end the run after this step, with a checkpoint (0 = steps): a stage of a
+                                     # longer schedule that a later run resumes, e.g. after `sigprop grow`
     batch_size: int = 32             # global examples per optimizer step (all ranks, all micro-steps)
     grad_accum: int = 1              # micro-steps per optimizer step
     eval_every: int = 100            # evaluate every k steps (and at the end); 0 = only at the end
@@ -91,7 +93,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "train.", {name: NONNEGATIVE for name in ("eval_every", "eval_batches", "diag_every",
-                                                                    "ckpt_every", "seed")}, int_range=Range(1))
+                                                                    "ckpt_every", "seed", "stop_at")},
+                     int_range=Range(1))
+        _require(self.stop_at <= self.steps, "train.stop_at", self.stop_at,
+                 f"0 (train to train.steps) or a step in [1, train.steps={self.steps}]")
         _require(self.out_dir.strip() != "", "train.out_dir", self.out_dir, "a folder path (not empty)")
         for name in ("resume_from", "fresh_if_none"):
             _require(self.resume or not getattr(self, name), f"train.{name}", getattr(self, name),

@@ -2,7 +2,8 @@
 
 The newest checkpoint of ``--run`` is grown by `sigprop.models.grow.grow` and written as the checkpoint of
 the same step in ``--out``, with its config.toml (``train.out_dir`` = ``--out``, the new ``model.n_layers``),
-tokenizer and command line. Optimizer state: AdamW moments are mapped by parameter name (an existing block's
+tokenizer and command line; the grown run trains to ``train.steps`` (a stage's ``train.stop_at`` is
+cleared). Optimizer state: AdamW moments are mapped by parameter name (an existing block's
 parameters follow it to its new index) and kept for every existing parameter; new blocks' parameters get fresh
 state (zero moments, step 0). The data position and RNG states are the checkpoint's; the health tracker
 (`sigprop.train.health`) starts afresh. The validation loss is measured before and after growth (at least
@@ -95,7 +96,8 @@ def grow_run(run: str | Path, out: str | Path, n_layers: int, mode: str, every: 
     if n_layers <= cfg.model.n_layers:
         raise ValueError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
                          f"got {n_layers}")
-    train = dataclasses.replace(cfg.train, out_dir=str(out_dir), resume=False, resume_from="", fresh_if_none=False)
+    train = dataclasses.replace(cfg.train, out_dir=str(out_dir), resume=False, resume_from="", fresh_if_none=False,
+                                stop_at=0)
     check_run_dir(train)
     slots = plan(cfg.model.n_layers, n_layers, every, at)
     record, _, old_state = read_states(path, cfg.model.to_dict())

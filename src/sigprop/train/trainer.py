@@ -206,7 +206,8 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------
     def fit(self) -> TrainState:
-        """Train to ``train.steps`` (resuming first if ``train.resume``); returns the final state.
+        """Train to ``train.steps``, or to ``train.stop_at`` when set (the lr schedule still spans ``train.steps``),
+        resuming first if ``train.resume``; returns the final state.
 
         Raises NonFiniteLossError on a NaN/Inf loss. SIGINT/SIGTERM end the loop after the
         current step with a checkpoint (``stop_reason`` says why).
@@ -228,11 +229,12 @@ class Trainer:
                     torch.manual_seed(t.seed + self.dist.rank + self.state.step)
             elif t.eval_batches:
                 self.log(self.evaluate())                     # the baseline at step 0
-            while self.state.step < t.steps:
+            end = t.stop_at or t.steps
+            while self.state.step < end:
                 self._call("on_step_start")
                 self.log(self.train_step())
                 self._call("on_step_end")
-                last = self.state.step == t.steps
+                last = self.state.step == end
                 if t.eval_batches and (last or (t.eval_every and self.state.step % t.eval_every == 0)):
                     self.log(self.evaluate())
                 stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],

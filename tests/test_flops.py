@@ -1,0 +1,34 @@
+"""Training FLOPs per token against torch's FLOP counter on a real forward and backward pass."""
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from sigprop import ModelConfig, build_model
+from sigprop.models.flops import train_flops_per_token
+
+BASE = dict(vocab_size=96, d_model=32, n_layers=3, n_heads=4, max_seq_len=16)
+
+
+@pytest.mark.parametrize("fields", [dict(arch="decoder", scheme="preln"), dict(arch="encoder", scheme="postln"),
+                                    dict(arch="decoder", scheme="shaped"),
+                                    dict(arch="decoder", scheme="preln", activation="gelu", d_ff=48, bias=True)],
+                         ids=["decoder", "encoder", "shaped", "gelu-dff-bias"])
+def test_counted_flops_equal_the_formula(fields):
+    """The math attention kernel makes every product a counted mm/bmm; one sequence of T tokens."""
+    cfg = ModelConfig(**BASE, **fields)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    T = 12
+    ids = torch.randint(0, cfg.vocab_size, (1, T))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(ids).sum().backward()
+    assert counter.get_total_flops() == T * train_flops_per_token(model, T)
+    assert train_flops_per_token(build_model(cfg, device="meta"), T) == train_flops_per_token(model, T)
+
+
+def test_refusals():
+    with pytest.raises(NotImplementedError, match="ViT"):
+        train_flops_per_token(build_model(ModelConfig(arch="vit", d_model=32, n_heads=4, n_layers=1), "meta"), 8)
+    with pytest.raises(ValueError, match="seq_len"):
+        train_flops_per_token(build_model(ModelConfig(**BASE), "meta"), 0)
