@@ -126,6 +126,14 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint JSON's file name says it holds."""
+    m = _NAME.match(Path(path).name)
+    if m is None:
+        raise CheckpointError(f"{path} is not named as a sigprop checkpoint (step_NNNNNNNN.json)")
+    return int(m.group(1))
+
+
 def checkpoint_files(path: Path) -> tuple[Path, Path, Path]:
     """The three files of the checkpoint whose JSON is ``path``: JSON, weights, state."""
     path = Path(path)
@@ -152,7 +160,7 @@ def resume_point(ckpt_dir: Path, chosen: str | Path | None) -> Path | None:
 def set_aside_newer(ckpt_dir: Path, step: int) -> Path | None:
     """Move the checkpoints newer than ``step`` into ``ckpt_dir/abandoned_after_<step>/`` (a run resumed
     from an earlier checkpoint continues from there; nothing is deleted); returns that folder or None."""
-    newer = [p for p in list_checkpoints(ckpt_dir) if int(_NAME.match(p.name).group(1)) > step]
+    newer = [p for p in list_checkpoints(ckpt_dir) if checkpoint_step(p) > step]
     if not newer:
         return None
     folder = ckpt_dir / f"abandoned_after_{step:08d}"

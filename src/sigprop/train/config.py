@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping
 
 from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping, invalid
 from ..models import ModelConfig
+from ..models.grow import MODES
 from .distributed import check_device_name
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
@@ -69,6 +70,10 @@ class TrainConfig:
     steps: int = 1000                # optimizer steps (the lr schedule's length)
     stop_at: int = 0                 # end the run after this step, with a checkpoint (0 = steps): a stage of a
                                      # longer schedule that a later run resumes, e.g. after `sigprop grow`
+    grow_at: int = 0                 # deepen the model after this step (0 = never; sigprop.train.growth) ...
+    grow_to: int = 0                 # ... to this many blocks ...
+    grow_mode: str = "identity"      # ... by this mode of sigprop.models.grow: identity | copy | dslm ...
+    grow_every: int = 0              # ... new blocks after every grow_every-th block (0 = on top)
     batch_size: int = 32             # global examples per optimizer step (all ranks, all micro-steps)
     grad_accum: int = 1              # micro-steps per optimizer step
     eval_every: int = 100            # evaluate every k steps (and at the end); 0 = only at the end
@@ -93,10 +98,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "train.", {name: NONNEGATIVE for name in ("eval_every", "eval_batches", "diag_every",
-                                                                    "ckpt_every", "seed", "stop_at")},
+                                                                    "ckpt_every", "seed", "stop_at", "grow_at",
+                                                                    "grow_to", "grow_every")},
                      int_range=Range(1))
         _require(self.stop_at <= self.steps, "train.stop_at", self.stop_at,
                  f"0 (train to train.steps) or a step in [1, train.steps={self.steps}]")
+        _require(self.grow_at < self.steps, "train.grow_at", self.grow_at,
+                 f"0 (no growth) or a step in [1, train.steps - 1 = {self.steps - 1}]")
+        _require(self.grow_mode in MODES, "train.grow_mode", self.grow_mode, f"one of {list(MODES)}")
         _require(self.out_dir.strip() != "", "train.out_dir", self.out_dir, "a folder path (not empty)")
         for name in ("resume_from", "fresh_if_none"):
             _require(self.resume or not getattr(self, name), f"train.{name}", getattr(self, name),
@@ -128,6 +137,19 @@ class RunConfig:
         if not images and self.data.seq_len > self.model.max_seq_len:
             raise ValueError(f"data.seq_len={self.data.seq_len} exceeds model.max_seq_len="
                              f"{self.model.max_seq_len}")
+        if self.train.grow_at:
+            self._check_growth()
+
+    def _check_growth(self) -> None:
+        t, n = self.train, self.model.n_layers
+        _require(t.grow_to > n, "train.grow_to", t.grow_to, f"more blocks than model.n_layers={n}")
+        _require(t.grow_every <= n, "train.grow_every", t.grow_every, f"0 (on top) or a block in [1, {n}]")
+        _require(t.compile == "off", "train.compile", t.compile, "'off' with train.grow_at (the model changes)")
+        _require(self.model.shaping != "recover", "model.shaping", self.model.shaping,
+                 "'fixed' or 'learn' with train.grow_at (the recover schedule holds the model it was built for)")
+        from .growth import check_growth
+
+        check_growth(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-ready)."""

@@ -2,35 +2,33 @@
 
 The newest checkpoint of ``--run`` is grown by `sigprop.models.grow.grow` and written as the checkpoint of
 the same step in ``--out``, with its config.toml (``train.out_dir`` = ``--out``, the new ``model.n_layers``),
-tokenizer and command line; the grown run trains to ``train.steps`` (a stage's ``train.stop_at`` is
-cleared). Optimizer state: AdamW moments are mapped by parameter name (an existing block's
-parameters follow it to its new index) and kept for every existing parameter; new blocks' parameters get fresh
-state (zero moments, step 0). The data position and RNG states are the checkpoint's; the health tracker
-(`sigprop.train.health`) starts afresh. The validation loss is measured before and after growth (at least
-one validation batch, as ``sigprop eval`` does it), printed, and kept in the checkpoint's ``grown_from``.
+tokenizer and command line; the grown run trains to ``train.steps`` (a stage's ``train.stop_at`` and a
+growth already done, ``train.grow_at``, are cleared). Optimizer state: AdamW moments are mapped by parameter
+name (`sigprop.train.growth.grown_optimizer_state`: an existing block's parameters follow it to its new index)
+and kept for every existing parameter; new blocks' parameters get fresh state (zero moments, step 0). The data
+position and RNG states are the checkpoint's; the health tracker (`sigprop.train.health`) starts afresh. The
+validation loss is measured before and after growth (at least one validation batch, as ``sigprop eval`` does
+it), printed, and kept in the checkpoint's ``grown_from``.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import re
 import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-import torch
 from torch import nn
 
-from ..models.grow import MODES, Slot, grow, plan
+from ..models.grow import MODES, grow, plan
 from .checkpoint import read_states, save_checkpoint
 from .commands import EXIT_OK, USER_ERRORS, _fail
 from .config import RunConfig, dump_toml
 from .data import prepare_data
-from .optim import make_optimizer
-from .parallel import _param_names
+from .growth import grown_optimizer_state
 from .run import load_run, seed_everything
 from .run_dir import check_run_dir, claim
 from .trainer import Trainer
@@ -43,39 +41,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ValueError(message)
-
-
-def renamer(slots: list[Slot]) -> dict[int, int]:
-    """Old block index -> its index in the grown stack."""
-    return {s.source: j for j, s in enumerate(slots) if not s.new}
-
-
-def moved_name(name: str, prefix: str, index: dict[int, int]) -> str:
-    """``name`` of an old parameter as the grown model calls it (``PREFIXi.`` -> ``PREFIXj.``)."""
-    m = re.match(rf"{re.escape(prefix)}(\d+)\.", name)
-    return name if m is None else f"{prefix}{index[int(m.group(1))]}.{name[m.end():]}"
-
-
-def grown_optimizer_state(old: nn.Module, old_state: dict[str, Any], grown: nn.Module, cfg: RunConfig,
-                          new_cfg: RunConfig, slots: list[Slot]) -> dict[str, Any]:
-    """The AdamW state dict of ``grown`` (as ``optimizer.state_dict()`` numbers it under ``new_cfg``): each old
-    parameter's state under its new index, zero moments and step 0 for the new blocks' parameters."""
-    names = _param_names(old, make_optimizer(old, cfg.optim, cfg.model))
-    optimizer = make_optimizer(grown, new_cfg.optim, new_cfg.model)
-    new_names = _param_names(grown, optimizer)
-    if old_state["state"] and max(old_state["state"]) >= len(names):
-        raise ValueError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
-                         f"parameters, the run's model has {len(names)}")
-    index, where = renamer(slots), {n: i for i, n in enumerate(new_names)}
-    state = {where[moved_name(names[i], "stack.blocks.", index)]: st for i, st in old_state["state"].items()}
-    template = next(iter(old_state["state"].values()), None)
-    params = dict(grown.named_parameters())
-    for i, name in enumerate(new_names):
-        if i not in state and template is not None:
-            p = params[name]
-            state[i] = {k: torch.zeros_like(v) if k == "step" else torch.zeros(p.shape, dtype=v.dtype)
-                        for k, v in template.items()}
-    return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
 
 
 def validation_loss(cfg: RunConfig, model: nn.Module, data: Any, run_dir: Path) -> float:
@@ -97,7 +62,7 @@ def grow_run(run: str | Path, out: str | Path, n_layers: int, mode: str, every: 
         raise ValueError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
                          f"got {n_layers}")
     train = dataclasses.replace(cfg.train, out_dir=str(out_dir), resume=False, resume_from="", fresh_if_none=False,
-                                stop_at=0)
+                                stop_at=0, grow_at=0, grow_to=0)
     check_run_dir(train)
     slots = plan(cfg.model.n_layers, n_layers, every, at)
     record, _, old_state = read_states(path, cfg.model.to_dict())

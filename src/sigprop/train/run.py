@@ -14,10 +14,11 @@ from torch import nn
 
 from ..models import build_model
 from .callbacks import Callback
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from .checkpoint import CheckpointError, checkpoint_step, list_checkpoints, load_checkpoint
 from .config import RunConfig, dump_toml, load_config
 from .data import prepare_data
 from .distributed import barrier, init_distributed, shutdown
+from .growth import grown
 from .run_dir import check_run_dir, claim
 from .trainer import Trainer
 
@@ -97,5 +98,7 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
             raise CheckpointError(f"no checkpoint in {run_dir / 'checkpoints'}")
         checkpoint = found[-1]
     model = build_model(cfg.model)
+    if cfg.train.grow_at and checkpoint_step(Path(checkpoint)) >= cfg.train.grow_at:
+        cfg, model, _ = grown(cfg, model)             # a checkpoint after the run's growth holds the deeper model
     load_checkpoint(Path(checkpoint), model, cfg.model.to_dict())
     return cfg, model.eval(), Path(checkpoint)

@@ -22,10 +22,11 @@ from torch import nn
 
 from ..models import calibrate
 from .callbacks import Callback, Diagnostics
-from .checkpoint import capture_rng, restore_rng, resume_point, save_checkpoint, set_aside_newer
+from .checkpoint import capture_rng, checkpoint_step, restore_rng, resume_point, save_checkpoint, set_aside_newer
 from .config import RunConfig
 from .data import DataBundle
 from .distributed import DistInfo, all_gather, all_reduce_sum, barrier
+from .growth import grown, grown_optimizer_state
 from .health import LastGood
 from .logging import JSONLLogger, ProgressBar, TensorBoardLogger
 from .objectives import Batch, loss_terms
@@ -61,6 +62,9 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, model: nn.Module, data: DataBundle, run_dir: Path,
                  dist: DistInfo = DistInfo(), callbacks: Sequence[Callback] = ()) -> None:
+        if cfg.train.grow_at and dist.enabled:
+            raise ValueError(f"train.grow_at={cfg.train.grow_at}: growth during training runs in one process, "
+                             f"not on {dist.world_size} ranks (grow a run folder with `sigprop grow` instead)")
         self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
         self.model = model.to(dist.device)
         self.sampler = EpochSampler(len(data.train), cfg.train.seed)
@@ -193,10 +197,22 @@ class Trainer:
             self.log({"kind": "event", "event": "checkpoint", "path": str(self.last_checkpoint)})
         barrier(self.dist)
 
+    def _grow(self) -> None:
+        """Deepen the model by the run's growth (`sigprop.train.growth`), its AdamW state carried over."""
+        cfg, model, slots = grown(self.cfg, self.model)
+        state = grown_optimizer_state(self.model, self.optimizer.state_dict(), model, self.cfg, cfg, slots)
+        self.cfg, self.model = cfg, model.to(self.dist.device)
+        self.ddp = prepare_model(self.model, cfg.train, self.dist)
+        self.optimizer = make_optimizer(self.model, cfg.optim, cfg.model)
+        self.optimizer.load_state_dict(state)
+
     def _resume(self) -> list[dict[str, Any]] | None:
         path = resume_point(self.ckpt_dir, self.cfg.train.resume_from)
         if path is None:
             return None
+        t = self.cfg.train
+        if t.grow_at and checkpoint_step(path) >= t.grow_at and self.cfg.model.n_layers < t.grow_to:
+            self._grow()                      # the checkpoint holds the grown model: build its structure first
         record = restore_state(path, self.model, self.cfg.model.to_dict(), self.optimizer)
         self.state = TrainState(record["step"], record["data_position"])
         self.last_checkpoint, self.health = path, LastGood.from_record(path, record)
@@ -234,6 +250,9 @@ class Trainer:
                 self._call("on_step_start")
                 self.log(self.train_step())
                 self._call("on_step_end")
+                if t.grow_at and self.state.step == t.grow_at:
+                    self._grow()
+                    self.log({"kind": "event", "event": "grown", "n_layers": self.cfg.model.n_layers})
                 last = self.state.step == end
                 if t.eval_batches and (last or (t.eval_every and self.state.step % t.eval_every == 0)):
                     self.log(self.evaluate())
