@@ -114,3 +114,21 @@ def test_tensorboard_is_an_optional_extra(tmp_path):
     else:
         run(tmp_path, "tiny_decoder", *sets)
         assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_block_gradient_norms_are_logged_on_the_steps_that_evaluate(tmp_path):
+    """Each block's pre-clip gradient norm, on the evaluating steps only; with the embedding's and final norm's
+    share they make up the global norm."""
+    cfg = load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={tmp_path}", "train.steps=4",
+                                                        "train.eval_every=2", "train.block_grads=true",
+                                                        "model.n_layers=3", "train.diag_every=0"])
+    train(cfg)
+    rows = read_jsonl(tmp_path / "metrics.jsonl", "train")
+    assert [r["step"] for r in rows if "block_grad_norms" in r] == [2, 4]
+    for r in rows:
+        if "block_grad_norms" in r:
+            norms = r["block_grad_norms"]
+            assert len(norms) == 3 and all(0 < g < math.inf for g in norms)
+            assert math.sqrt(sum(g * g for g in norms)) < r["grad_norm"]
+    with pytest.raises(ValueError, match=r"train\.block_grads.*fsdp"):
+        load_config(CONFIGS / "tiny_decoder.toml", ["train.block_grads=true", "train.distributed=fsdp"])

@@ -79,6 +79,7 @@ class TrainConfig:
     eval_every: int = 100            # evaluate every k steps (and at the end); 0 = only at the end
     eval_batches: int = 4            # validation size, in global batches (0 = no evaluation)
     diag_every: int = 0              # attention entropy + token correlation every k steps (0 = off)
+    block_grads: bool = False        # log each block's gradient norm (before clipping) on the steps that evaluate
     ckpt_every: int = 500            # checkpoint every k steps (and at the end); 0 = only at the end
     keep_last: int = 3               # checkpoints kept on disk
     seed: int = 0                    # seeds init, data order, corruption
@@ -103,6 +104,8 @@ class TrainConfig:
                      int_range=Range(1))
         _require(self.stop_at <= self.steps, "train.stop_at", self.stop_at,
                  f"0 (train to train.steps) or a step in [1, train.steps={self.steps}]")
+        _require(not (self.block_grads and self.distributed == "fsdp"), "train.block_grads", self.block_grads,
+                 "false under train.distributed='fsdp' (its gradients are sharded per block)")
         _require(self.grow_at < self.steps, "train.grow_at", self.grow_at,
                  f"0 (no growth) or a step in [1, train.steps - 1 = {self.steps - 1}]")
         _require(self.grow_mode in MODES, "train.grow_mode", self.grow_mode, f"one of {list(MODES)}")

@@ -64,8 +64,9 @@ def grown_optimizer_state(old: nn.Module, old_state: dict[str, Any], grown: nn.M
 
 
 def grown(cfg: RunConfig, model: nn.Module) -> tuple[RunConfig, nn.Module, list[Slot]]:
-    """The run's config in force after growth (``model.n_layers = train.grow_to``, no growth left), the grown model (``model`` is not
-    changed) and the layout of its blocks; the new blocks' draws are seeded with ``train.seed + grow_at``."""
+    """The run's config in force after growth (``model.n_layers = train.grow_to``, no growth left), the grown
+    model (``model`` is not changed) and the layout of its blocks; the new blocks' draws are seeded with
+    ``train.seed + grow_at``."""
     t = cfg.train
     every, at = placement(cfg)
     slots = plan(cfg.model.n_layers, t.grow_to, every, at)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..models import calibrate
+from ..nn.block import Block
 from .callbacks import Callback, Diagnostics
 from .checkpoint import capture_rng, checkpoint_step, restore_rng, resume_point, save_checkpoint, set_aside_newer
 from .config import RunConfig
@@ -54,6 +55,14 @@ class TrainState:
 
     step: int = 0           # optimizer steps done
     position: int = 0       # training examples consumed (the data position)
+
+
+def block_grad_norms(model: nn.Module) -> list[float]:
+    """The gradient norm of each `sigprop.nn.block.Block` of ``model``'s parameters, in module order (an encdec's
+    encoder blocks, then its decoder's)."""
+    return [float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in b.parameters()
+                                                        if p.grad is not None])))
+            for b in model.modules() if isinstance(b, Block)]
 
 
 class Trainer:
@@ -139,6 +148,8 @@ class Trainer:
             totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
         all_reduce_sum(totals, dist)
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
+        logs_blocks = cfg.train.block_grads and self._evaluates(self.state.step + 1)
+        blocks = block_grad_norms(self.model) if logs_blocks else None
         grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))     # clip
         loss = float(totals[0]) / n_targets
         self.health.observe(loss, grad_norm)
@@ -156,10 +167,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         self.state.position += cfg.train.batch_size
-        return {"kind": "train", "loss": loss, "acc": float(totals[1]) / n_targets, "lr": lr,
-                "grad_norm": grad_norm, "dt": time.perf_counter() - t0}
+        record = {"kind": "train", "loss": loss, "acc": float(totals[1]) / n_targets, "lr": lr,
+                  "grad_norm": grad_norm, "dt": time.perf_counter() - t0}
+        return record if blocks is None else {**record, "block_grad_norms": blocks}
 
     # -- evaluation ---------------------------------------------------------------------
+    def _evaluates(self, step: int) -> bool:
+        """Whether the loop evaluates after ``step``: every ``eval_every`` steps and at the last step."""
+        t = self.cfg.train
+        last = step == (t.stop_at or t.steps)
+        return bool(t.eval_batches) and (last or bool(t.eval_every and step % t.eval_every == 0))
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
         """Loss, perplexity (text) and accuracy on the fixed validation examples (all ranks)."""
@@ -253,9 +271,9 @@ class Trainer:
                 if t.grow_at and self.state.step == t.grow_at:
                     self._grow()
                     self.log({"kind": "event", "event": "grown", "n_layers": self.cfg.model.n_layers})
-                last = self.state.step == end
-                if t.eval_batches and (last or (t.eval_every and self.state.step % t.eval_every == 0)):
+                if self._evaluates(self.state.step):
                     self.log(self.evaluate())
+                last = self.state.step == end
                 stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],
                                                    device=self.dist.device), self.dist).item() > 0
                 if last or stop or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
