@@ -22,6 +22,10 @@ key → ``label`` (display only), ``group``, ``attrs`` (the model's facts: schem
 ``loss`` per lr of the grid, ``unigram``, ``best_lr``, ``at_edge``) and ``scored``: one block per scored lr
 with ``lr``, ``seeds``, ``final_loss``, ``unigram`` and ``diverged`` (per seed), `seed_stats` of the final,
 initial and best validation loss and accuracy, and ``logged`` (the claim's ``log`` quantities per seed).
+
+A new claim is one module: its ``FULL``/``QUICK`` sizes (``seeds``, ``tuning_seed``, ``jobs``,
+``max_extend`` and its own), ``models(sizes)``, ``rule(summary)`` (a call into `verdicts`), ``setup``,
+``table`` and ``plot``, and ``CLAIM = Claim(...)``; plus its line in `sigprop.experiments.registry`.
 """
 from __future__ import annotations
 
@@ -258,7 +262,7 @@ def lr_text(entry: Mapping[str, Any]) -> str:
     return f"lr {best} (grid {g[0]:g}–{g[-1]:g}, {len(g)} values{', at its edge' if t['at_edge'] else ''}{ext})"
 
 
-def stat_text(s: Mapping[str, float], digits: int = 3) -> str:
-    """"mean ± std" of a `seed_stats` result."""
-    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
+def stat_text(s: Mapping[str, float], fmt: str = ".3f") -> str:
+    """"mean ± std" of a `seed_stats` result, both in format ``fmt``."""
+    return f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
 

@@ -159,7 +159,7 @@ def table(summary: Mapping[str, Any]) -> Table:
         grid = p["lr_grid"]
         lrs = " → ".join("div." if v is None else f"{v:.3g}" + ("⚠" if e else "")
                          for v, e in zip(p["best_lr"], p["edge"]))
-        rows.append([p["axis"], p["panel"], lrs, p["best_lr_ratio"], p["status"],
+        rows.append([p["axis"], p["name"], lrs, p["best_lr_ratio"], p["status"],
                      f"{p['best_loss_largest']:.3f} ({p['best_loss_largest'] - u:+.3f})",
                      f"{p['sensitivity_largest']:.3f}",
                      f"{p['transfer_regret']:.3f}", f"{grid[0]:.3g}–{grid[-1]:.3g} ({len(grid)})"])

@@ -30,9 +30,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..train.schedules import default_warmup
+from ..train.seed_stats import seed_stats
 from ..train.sweep_report import log_ticks
 from . import verdicts
-from .claim import Claim, Model, lr_text, tuned
+from .claim import Claim, Model, lr_text, stat_text, tuned
 from .report import Table
 from .tuning import MAX_EXTEND, TUNING_SEED
 
@@ -107,7 +108,7 @@ def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _ms(values: Sequence[float]) -> str:
-    return f"{np.mean(values):.3f}" + (f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else "")
+    return stat_text(seed_stats(values)) if len(values) > 1 else f"{values[0]:.3f}"
 
 
 def table(summary: Mapping[str, Any]) -> Table:

@@ -31,6 +31,8 @@ from .report import Table
 CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "preln"),
            "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "postln")}
 VOCAB, HEADS, BATCH = 256, 4, 1
+FULL = {"depth": 192, "width": 128, "seq": 64, "seeds": 32}     # seeds: how many (0, 1, ...)
+QUICK = {"depth": 4, "width": 32, "seq": 8, "seeds": 2}
 
 
 def measure_seeds(cfg: ModelConfig, seeds: Iterable[int], batch: int = BATCH) -> dict[str, np.ndarray]:
@@ -140,8 +142,8 @@ def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progres
     return summary, records, curves
 
 
-def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, seeds: Iterable[int] = range(32),
-        quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+def run(out_dir: str | Path, depth: int = FULL["depth"], width: int = FULL["width"], seq: int = FULL["seq"],
+        seeds: Iterable[int] = range(FULL["seeds"]), quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """`measure_all` → `table` + `plot`; write results.json, forward/backward PNGs and section.md.
 
     ``quick``: the `QUICK` sizes (a smoke run). Returns {"meta", "summary"}.
@@ -161,7 +163,5 @@ def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, 
     return {"meta": meta, "summary": summary}
 
 
-FULL = {"depth": 192, "width": 128, "seq": 64, "seeds": 32}
-QUICK = {"depth": 4, "width": 32, "seq": 8, "seeds": 2}
 FIGURES = Figures("dslm-moments", FULL, QUICK, lambda out, s, show: run(
     out, s["depth"], s["width"], s["seq"], range(s["seeds"]), show_progress=show))

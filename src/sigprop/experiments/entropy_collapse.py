@@ -33,9 +33,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..train.lr_grid import best_lr, step_beyond
+from ..train.seed_stats import seed_stats
 from ..train.sweep_report import log_ticks
 from . import verdicts
-from .claim import Claim, Model
+from .claim import Claim, Model, stat_text
 from .report import Table
 from .shaped_setup import DATA, shaped_model, tables
 from .tuning import MAX_EXTEND, TUNING_SEED, layer_stats
@@ -117,7 +118,7 @@ def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
 def table(summary: Mapping[str, Any]) -> Table:
     """One row per model and lr: final layer-mean and minimum entropy, collapsed seeds, largest logit, stream
     RMS at the last sublayer, final loss."""
-    ms = lambda v, f: f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"
+    ms = lambda v, f: stat_text(seed_stats(v), f)
     rows = []
     for key, e in summary["models"].items():
         for b, n in zip(e["scored"], summary["results"]["models"][key]["collapsed_seeds"]):
