@@ -217,6 +217,7 @@ def test_depth_transfer_brackets_every_size_of_a_panel():
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_committed_summaries_rederive_equal_through_the_harness():
     """bench/rederive_claims.py: each committed summary (docs/results/NAME.json), its per-point records run
     through `summarize` and the claim's rule, gives back every number and verdict under the mapped keys."""
