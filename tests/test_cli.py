@@ -1,4 +1,5 @@
 """The `sigprop` command: dispatch, the check job, reproduce, and clear errors."""
+import json
 import subprocess
 import sys
 
@@ -20,6 +21,40 @@ def test_reproduce_quick_writes_results(tmp_path, capsys):
     assert "results.json" in written and any(n.endswith(".png") for n in written)
     assert main(["reproduce", "fig1", "--quick", "--out", str(tmp_path)]) == 0
     assert {"fig1.json", "fig1.png", "fig1.md"} <= {p.name for p in (tmp_path / "fig1").iterdir()}
+
+
+def test_reproduce_set_overrides_sizes_and_rejects_unknown_keys(tmp_path, capsys):
+    assert main(["reproduce", "fig2", "--quick", "--set", "samples=3", "--set", "width=6", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "fig2" / "fig2.json").read_text())["summary"]
+    assert (summary["samples"], summary["width"]) == (3, 6)
+    assert main(["reproduce", "fig2", "--quick", "--set", "sampels=3", "--out", str(tmp_path)]) == 2
+    assert "unknown size(s) ['sampels']" in capsys.readouterr().err
+    assert main(["reproduce", "fig2", "--set", "samples", "--out", str(tmp_path)]) == 2
+    assert main(["reproduce", "all", "--set", "samples=3", "--out", str(tmp_path)]) == 2
+    assert "needs one experiment" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_a_training_claim_end_to_end(tmp_path, claim_outputs):
+    """`sigprop reproduce NAME --quick --set ...` → NAME.{json,md,png} in the one schema, judged again from the
+    JSON, collected into RESULTS.md."""
+    from sigprop.experiments.depth_transfer import CLAIM
+    from sigprop.experiments.results import rejudge
+
+    assert main(["reproduce", "depth-transfer", "--quick", "--set", "widths=[16]", "--out", str(tmp_path)]) == 0
+    out = tmp_path / "depth-transfer"
+    saved = claim_outputs(out, "depth-transfer", json.loads((out / "depth-transfer.json").read_text())["summary"],
+                          ("claim", "models", "results", "sizes", "tuning_seed"))
+    s = saved["summary"]
+    assert s["sizes"]["widths"] == [16] and set(s["results"]["panels"]) == {"preln", "preln-qk-norm-z-loss",
+                                                                            "dslm-preln", "shaped", "depth-mup",
+                                                                            "completep", "width-standard", "width-mup"}
+    for key, m in s["models"].items():           # a 2-lr grid has its optimum at an edge: extended once
+        assert key.split("/")[0] == m["group"] and len(m["lr_grid"]) in (3, 4) and len(m["extended"]) == 1
+        assert all(isinstance(b["lr"], float) and b["seeds"] == [0] for b in m["scored"])
+        assert m["tuning"] is None and [b["lr"] for b in m["scored"]] == m["lr_grid"]
+    assert rejudge(tmp_path)["depth-transfer"] == (s["verdict"], s["verdict_reason"]) == CLAIM.rule(s)
+    assert "[depth-transfer](#depth-transfer)" in (tmp_path / "RESULTS.md").read_text()
 
 
 def test_module_entry_point_and_unknown_command():

@@ -57,9 +57,12 @@ def test_collect_builds_verdict_table_and_copies_images(tmp_path):
 
 
 def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):
-    tuned = lambda final: {"lr_grid": [1e-3, 3e-3, 1e-2], "tuning_loss": [5, 4, 4.5], "tuning_seed": 100,
-                           "seeds": [0, 1], "final_loss": final}
-    settings = {"a": {"models": {"deep-thin": tuned([3.0, 3.02]), "shallow-wide": tuned([3.2, 3.22])}}}
+    entry = lambda kind, final: {"label": kind, "group": "a", "attrs": {"kind": kind}, "params": 1, "extended": [],
+                                 "lr_grid": [1e-3, 3e-3, 1e-2],
+                                 "tuning": {"seed": 100, "loss": [5, 4, 4.5], "unigram": None, "best_lr": 3e-3,
+                                            "at_edge": False},
+                                 "scored": [{"lr": 3e-3, "seeds": [0, 1], "final_loss": final, "unigram": [None] * 2}]}
+    models = {"a/deep-thin": entry("deep-thin", [3.0, 3.02]), "a/shallow-wide": entry("shallow-wide", [3.2, 3.22])}
     (tmp_path / "deep-thin").mkdir()
-    (tmp_path / "deep-thin" / "deep-thin.json").write_text(json.dumps({"summary": {"settings": settings}}))
+    (tmp_path / "deep-thin" / "deep-thin.json").write_text(json.dumps({"summary": {"models": models}}))
     assert rejudge(tmp_path)["deep-thin"][0] == "reproduced" and set(rejudge(tmp_path)) == {"deep-thin"}

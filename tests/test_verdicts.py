@@ -1,12 +1,9 @@
 """The claims' verdict rules on synthetic numbers: every outcome of every rule, and the shared tuning rule."""
-import json
 import math
-from pathlib import Path
 
 import pytest
 
 from sigprop.experiments import verdicts as v
-from sigprop.experiments.results import JUDGED, judge_of
 
 GRID = [1e-3, 3e-3, 1e-2]
 
@@ -153,30 +150,3 @@ def statuses(default, **over):
 ])
 def test_depth_transfer_outcomes(depth, width, expected):
     assert v.depth_transfer(depth, width)[0] == expected
-
-
-DOCS_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-
-
-@pytest.mark.parametrize("name", sorted(JUDGED))
-def test_committed_verdicts_follow_from_their_numbers(name):
-    """Each claim's committed summary (docs/results/NAME.json) carries the per-model keys the verdict table is
-    rebuilt from, and its runner's rule, applied to those numbers alone, gives the committed verdict."""
-    summary = json.loads((DOCS_RESULTS / f"{name}.json").read_text())
-    assert judge_of(name)(summary) == (summary["verdict"], summary["verdict_reason"])
-    models = list(_models(summary))
-    assert models and all({"lr_grid", "best_lr", "seeds", "final_loss"} <= set(m) for m in models)
-
-
-def _models(summary):
-    """Every dict in a summary that describes one compared model (it has a ``best_lr``)."""
-    stack = [summary]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, dict):
-            if "best_lr" in x:
-                yield x
-            else:
-                stack.extend(x.values())
-        elif isinstance(x, list):
-            stack.extend(x)

@@ -59,19 +59,8 @@ DELEGATED = {
                  "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }
 
-# `sigprop reproduce NAME`: (module under sigprop.experiments, function(out_dir, quick=...) -> dict)
-EXPERIMENTS = {
-    "dslm-moments": ("dslm_moments", "run"),
-    "fig1": ("shaped_figs", "fig1"),
-    "fig2": ("shaped_figs", "fig2"),
-    "fig4": ("shaped_figs", "fig4"),
-    "fig5": ("shaped_figs", "fig5"),
-    "shaped-vs-preln": ("shaped_vs_preln", "run"),
-    "entropy-collapse": ("entropy_collapse", "run"),
-    "dslm-depth": ("dslm_depth", "run"),
-    "deep-thin": ("deep_thin", "run"),
-    "depth-transfer": ("depth_transfer", "run"),
-}
+# `sigprop reproduce NAME`: the one registry of claims and figures (name -> "module:attribute")
+from .experiments.registry import EXPERIMENTS  # noqa: E402  (a light module: names only)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=list(EXPERIMENTS) + ["all"])
     p.add_argument("--out", default="runs/reproduce", help="output folder (one subfolder per experiment)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one of the experiment's sizes or seeds (repeatable), e.g. --set steps=100")
     p.add_argument("--docs", default=None, help="also write DOCS/RESULTS.md from every claim with results in --out "
                    "(+ figures in DOCS/img, summaries in DOCS/results/NAME.json)")
     p.set_defaults(func=cmd_reproduce)
@@ -111,14 +102,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run one experiment (or all) into ``args.out/NAME``; collect the claims' sections into RESULTS.md."""
+    from .experiments.registry import reproduce
     from .experiments.results import collect
 
+    if args.set and args.name == "all":
+        raise ValueError("--set needs one experiment NAME (each has its own sizes), not all")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
-        module, function = EXPERIMENTS[name]
         out = Path(args.out) / name
-        getattr(importlib.import_module(f"sigprop.experiments.{module}"), function)(out, quick=args.quick)
+        reproduce(name, out, args.quick, args.set)
         print(f"{name}: wrote {out}")
     if collect(args.out, list(EXPERIMENTS), args.docs):
         print(f"results: {Path(args.out) / 'RESULTS.md'}")

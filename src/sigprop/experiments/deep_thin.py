@@ -8,33 +8,23 @@ decoder-only and encoder-decoder variants, for both Pre-LN and Post-LN transform
 Six settings, each a pair of scheme-"dslm" models trained with the same data, steps, batch and lr
 schedule shape (`SETTINGS`): decoder causal LM (Pre-LN, Post-LN; 2000 steps), encoder masked LM
 (Pre-LN, Post-LN) on the embedded "pydoc" corpus, a ViT on scikit-learn's 8×8 digits, and an
-encoder-decoder on span denoising of "pydoc". Each shape of a pair gets its own peak lr
-(`sigprop.experiments.tuning`): chosen on tuning seed `TUNING_SEED` (not scored) from the setting's grid,
-extended past an edge that holds the optimum; scored on seeds 0, 1 at that lr.
+encoder-decoder on span denoising of "pydoc". Each shape of a pair gets its own peak lr, chosen on the
+tuning seed from the setting's grid; scored on seeds 0, 1 at that lr.
 
-Shapes (`SHAPES`): shallow-wide = 2 blocks × width 64, deep-thin = 8 blocks × width 32, d_ff = 4d,
-head width 16: four times deeper and half as wide, which keeps the block weights (∝ L·d²) equal.
-Parameter matching: the block weight matrices (12·L·d², 16·L·d² for encdec decoder blocks) are equal,
-so the non-embedding count (everything outside the model's ``embed`` module) differs only by the extra
-LayerNorm gains of the deeper stack (+0.5 %); the total count, which includes the tied token/position
-tables, is lower for deep-thin because its tables are half as wide. With vocab 288 the tables are a
-small share: deep-thin has 9 % (decoder, encoder), 4 % (encdec) and 0.6 % (ViT) fewer total
-parameters, i.e. ≤ and within 10 % (the constraint we enforce and test); with a large vocab the tables
-would dominate the total count. Both counts are reported.
+Shapes (`SHAPES`): shallow-wide = 2 blocks × width 64, deep-thin = 8 blocks × width 32, d_ff = 4d, head
+width 16: four times deeper and half as wide, which keeps the block weights (∝ L·d²) equal; the
+non-embedding count differs only by the deeper stack's extra LayerNorm gains (+0.5 %), the total is lower
+for deep-thin (its tied token/position tables are half as wide: 9 %, 4 % (encdec), 0.6 % (ViT) fewer at
+vocab 288, i.e. ≤ and within 10 %, the constraint enforced and tested).
 
-Verdict rule: `sigprop.experiments.verdicts.deep_thin` (per setting, deep-thin *wins* if its seed-mean
-final validation loss is lower than shallow-wide's by more than the combined standard error; reproduced if
-it wins in all six, partly if in some; inconclusive if a chosen lr is still at its grid's edge). The
-figure plots the gap Δ(step) = shallow − deep seed-mean validation loss over training.
-
-    from sigprop.experiments import deep_thin
-    summary = deep_thin.run("runs/deep-thin")                 # deep-thin.json / .png / .md
+Verdict rule: `sigprop.experiments.verdicts.deep_thin` (per setting deep-thin *wins* if its seed-mean final
+validation loss is lower than shallow-wide's by more than the combined standard error; reproduced if it
+wins in all six, partly if in some).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Mapping
 
 import matplotlib
 
@@ -42,15 +32,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..train.schedules import default_warmup
+from ..train.seed_stats import seed_stats
 from . import verdicts
-from .outputs import WallClock, write_outputs
+from .claim import Claim, Model, lr_text, stat_text, tuned
 from .report import Table
-from .training import finished, mean_curve, meta_model, param_count, seed_stats, trainable, unigram_by_seed
-from .tuning import MAX_EXTEND, TUNING_SEED, lr_summary, numbers, tune_all
+from .training import mean_curve, meta_model, param_count, trainable
+from .tuning import MAX_EXTEND, TUNING_SEED
 
-NAME = "deep-thin"
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart
-EVAL_BATCHES = 8                         # text: 128 validation sequences; ViT: the whole 360-image split
 
 
 @dataclass(frozen=True)
@@ -83,9 +73,11 @@ SETTINGS = {
     "vit": Setting("vit", "preln", VIT_LRS, 300, 64),
     "encdec": Setting("encdec", "preln", TEXT_LRS, 400, 16),
 }
-SEEDS = (0, 1)
-EVALS = 20                               # validation points per run (besides step 0)
-QUICK_STEPS, QUICK_CHARS = 8, 60_000     # quick: one seed, one lr, 8 steps, a slice of the corpus, one small eval
+# steps 0: each setting's own; middle_lr: only the middle lr of each grid; evals: validation points per run
+FULL = {"settings": tuple(SETTINGS), "steps": 0, "seeds": (0, 1), "tuning_seed": TUNING_SEED, "jobs": 2,
+        "max_extend": MAX_EXTEND, "max_chars": 0, "eval_batches": 8, "evals": 20, "middle_lr": False}
+QUICK = {**FULL, "steps": 8, "seeds": (0,), "jobs": 1, "max_extend": 0, "max_chars": 60_000, "eval_batches": 1,
+         "evals": 1, "middle_lr": True}
 
 
 def model_table(setting: Setting, shape: Shape) -> dict[str, Any]:
@@ -97,14 +89,6 @@ def model_table(setting: Setting, shape: Shape) -> dict[str, Any]:
     return table
 
 
-def data_table(setting: Setting, max_chars: int = 0) -> dict[str, Any]:
-    """DataConfig fields: the digits images for ViT, else the embedded "pydoc" text (its first
-    ``max_chars`` characters; 0 = all)."""
-    if setting.arch == "vit":
-        return {"source": "digits", "val_fraction": 0.2}
-    return {"source": "pydoc", "seq_len": SEQ_LEN, "max_chars": max_chars}
-
-
 def non_embedding_count(model: dict[str, Any]) -> int:
     """Trainable parameters outside the model's ``embed`` module (token/position tables, tied LM head;
     ViT patch projection, position table, class token)."""
@@ -112,86 +96,111 @@ def non_embedding_count(model: dict[str, Any]) -> int:
     return trainable(net) - trainable(net.embed)
 
 
-def _fmt(s: dict[str, float], digits: int = 3) -> str:
-    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
+def run_tables(setting: Setting, shape: Shape, s: Mapping[str, Any]) -> dict[str, Any]:
+    """Run-config sections of one model of a pair: 10 % warmup, cosine decay to 0.1·lr, clip 1; text is the
+    first ``s["max_chars"]`` characters of "pydoc" (0: all), ViT the digits images."""
+    steps = s["steps"] or setting.steps
+    data = ({"source": "digits", "val_fraction": 0.2} if setting.arch == "vit" else
+            {"source": "pydoc", "seq_len": SEQ_LEN, "max_chars": s["max_chars"]})
+    return {"model": model_table(setting, shape), "data": data, "optim": {"warmup_steps": default_warmup(steps)},
+            "train": {"steps": steps, "batch_size": setting.batch_size, "eval_every": max(1, steps // s["evals"]),
+                      "eval_batches": s["eval_batches"], "diag_every": 0}}
 
 
-def run_tables(setting: Setting, shape: Shape, steps: int, quick: bool) -> dict[str, Any]:
-    """Run-config sections of one model of a pair: 10 % warmup, cosine decay to 0.1·lr, clip 1."""
-    evals = 1 if quick else EVALS
-    return {"model": model_table(setting, shape), "data": data_table(setting, QUICK_CHARS if quick else 0),
-            "optim": {"warmup_steps": max(1, steps // 10)},
-            "train": {"steps": steps, "batch_size": setting.batch_size, "eval_every": max(1, steps // evals),
-                      "eval_batches": 1 if quick else EVAL_BATCHES, "diag_every": 0}}
+def models(s: Mapping[str, Any]) -> list[Model]:
+    """Both shapes of every chosen setting, grouped by setting, each tuned on the setting's grid."""
+    unknown = sorted(set(s["settings"]) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}; valid: {sorted(SETTINGS)}")
+    out = []
+    for name in s["settings"]:
+        st = SETTINGS[name]
+        for kind, shape in SHAPES.items():
+            mt = model_table(st, shape)
+            out.append(Model(f"{name}/{kind}", f"{name} {kind} {shape.label}", run_tables(st, shape, s),
+                             st.lrs[1:2] if s["middle_lr"] else st.lrs, group=name, unigram=st.arch != "vit",
+                             attrs={**mt, "setting": name, "kind": kind, "shape": shape.label,
+                                    "steps": s["steps"] or st.steps, "batch_size": st.batch_size,
+                                    "non_embedding_params": non_embedding_count(mt)}))
+    return out
 
 
-def table(summary: dict[str, Any]) -> Table:
-    """One row per model of each pair (its own lr); the pair's loss gap and winner on its first row."""
+def pairs(summary: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """setting → {"deep-thin": tuned model, "shallow-wide": tuned model}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for e in summary["models"].values():
+        out.setdefault(e["group"], {})[e["attrs"]["kind"]] = tuned(e)
+    return out
+
+
+def rule(summary: Mapping[str, Any]) -> tuple[str, str]:
+    """`verdicts.deep_thin` on every setting's pair."""
+    return verdicts.deep_thin(pairs(summary))
+
+
+def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Per setting: the loss gap Δ, its s.e. and the win flag (`verdicts.deep_thin_gap`), the parameter ratios,
+    the unigram level over shallow-wide's scored splits (None for images)."""
+    m = summary["models"]
+    out = {}
+    for name, pair in pairs(summary).items():
+        deep, wide = m[f"{name}/deep-thin"], m[f"{name}/shallow-wide"]
+        u = wide["scored"][0]["unigram"] if wide["scored"] else []
+        out[name] = {**verdicts.deep_thin_gap(pair), "params_ratio_total": deep["params"] / wide["params"],
+                     "unigram_val_loss": seed_stats(u) if u and None not in u else None,
+                     "params_ratio_non_embedding": deep["attrs"]["non_embedding_params"]
+                     / wide["attrs"]["non_embedding_params"]}
+    return out
+
+
+def table(summary: Mapping[str, Any]) -> Table:
+    """One row per model of each pair (its own lr); the pair's unigram level, loss gap and winner on its first row."""
     rows = []
-    for name, s in summary["settings"].items():
-        unigram = s.get("unigram_val_loss")
-        for i, (kind, m) in enumerate(s["models"].items()):
-            first = [name, f"{unigram['mean']:.3f}" if unigram else "—"] if i == 0 else ["", ""]
-            gap = ([f"{s['gap']:+.3f} ± {s['se']:.3f}", "yes" if s["deep_wins"] else "no"] if i == 0 else ["", ""])
-            rows.append([*first, f"{kind} {m['shape']}", f"{s['steps']}, {s['batch_size']}",
-                         lr_summary(m), f"{m['params']:,} / {m['non_embedding_params']:,}",
-                         _fmt(m["final_val_loss"]), _fmt(m["final_val_acc"]), *gap])
-    return Table(["setting", "unigram loss", "model", "steps, batch", "lr (tuning seed)", "params total / non-emb",
-                  "final val loss", "val acc", "Δ ± s.e.", "deep wins"], rows)
+    for e in summary["models"].values():
+        g, b, first = summary["results"][e["group"]], e["scored"][0], e["attrs"]["kind"] == "deep-thin"
+        u = g["unigram_val_loss"]
+        rows.append([e["group"] if first else "", (f"{u['mean']:.3f}" if u else "—") if first else "",
+                     f"{e['attrs']['kind']} {e['attrs']['shape']}", lr_text(e),
+                     f"{e['params']:,} / {e['attrs']['non_embedding_params']:,}", stat_text(b["final_val_loss"]),
+                     stat_text(b["final_val_acc"]), f"{g['gap']:+.3f} ± {g['se']:.3f}" if first else "",
+                     ("yes" if g["deep_wins"] else "no") if first else ""])
+    return Table(["setting", "unigram loss", "model", "lr (tuning seed)", "params total / non-emb", "final val loss",
+                  "val acc", "Δ ± s.e.", "deep wins"], rows)
 
 
-def markdown(summary: dict[str, Any]) -> str:
-    """The results section: claim, setup, `table`, verdict."""
+def setup(summary: Mapping[str, Any]) -> str:
     shapes = " vs ".join(f"{k} {s.label}" for k, s in SHAPES.items())
-    lines = [f"## {NAME} — deeper-thinner beats shallow-wide at equal parameters", "",
-             "**Claim** (DeepScaleLM, Kedia et al. 2024): deep models with fewer parameters outperform shallow "
-             "ones across encoder-only, decoder-only and encoder-decoder models and image classification, for "
-             "both Pre-LN and Post-LN.", "",
-             f"**Setup.** Scheme DSLM in both models of a pair; {shapes} (d_ff = 4d, head width 16). Text: "
-             f"embedded pydoc corpus, byte-level BPE vocab {VOCAB}, seq {SEQ_LEN}; ViT: sklearn 8×8 digits, "
-             "patch 2, 20 % validation. AdamW, warmup 10 % of steps, cosine decay to 0.1·lr, grad clip 1; "
-             "the same steps and batch within a pair, each shape at its own lr, chosen on tuning seed "
-             f"{summary['tuning_seed']} (not scored). Scored seeds {summary['seeds']}. Parameters: non-embedding "
-             "block weights equal (deep-thin +0.5 % LayerNorm gains), total fewer for deep-thin (halved "
-             "embedding tables). Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e. Unigram loss: "
-             "the seed-mean validation loss of token frequencies without context (text settings).", "",
-             table(summary).markdown()]
-    lines += ["", f"**Verdict: {summary['verdict']}.** {summary['verdict_reason']}", ""]
-    return "\n".join(lines)
+    steps = ", ".join(f"{n} {summary['sizes']['steps'] or SETTINGS[n].steps} steps × batch {SETTINGS[n].batch_size}"
+                      for n in summary["sizes"]["settings"])
+    return (f"Scheme DSLM in both models of a pair; {shapes} (d_ff = 4d, head width 16). Text: embedded pydoc "
+            f"corpus, byte-level BPE vocab {VOCAB}, seq {SEQ_LEN}; ViT: sklearn 8×8 digits, patch 2, 20 % "
+            f"validation. AdamW, warmup 10 % of steps, cosine decay to 0.1·lr, grad clip 1; {steps}; each shape at "
+            f"its own lr, chosen on tuning seed {summary['tuning_seed']} (not scored). Scored seeds "
+            f"{summary['seeds']}. Δ = shallow − deep seed-mean final loss; wins if Δ > combined s.e. Unigram "
+            "loss: validation loss of token frequencies without context (text settings).")
 
 
-def gap_curve(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
-    """Δ(step) = shallow − deep seed-mean validation loss, with its min/max band from the seeds' extremes."""
-    deep, wide = (mean_curve(finished(runs[k], "val_curve")) for k in ("deep-thin", "shallow-wide"))
-    n = min(len(deep["step"]), len(wide["step"]))
-    return {"step": deep["step"][:n], "gap": [w - d for w, d in zip(wide["mean"][:n], deep["mean"][:n])],
-            "low": [w - d for w, d in zip(wide["min"][:n], deep["max"][:n])],
-            "high": [w - d for w, d in zip(wide["max"][:n], deep["min"][:n])]}
-
-
-def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
-    """One panel per setting: the loss gap Δ(step) = shallow − deep seed-mean validation loss (band: seed
-    extremes; above 0 deep-thin is ahead), and a chart of the final losses (mean ± std over seeds)."""
-    names = list(data)
+def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
+    """One panel per setting: Δ(step) = shallow − deep seed-mean validation loss of the scored runs (above 0
+    deep-thin is ahead), and a chart of the final losses (mean ± std over seeds)."""
+    names = list(summary["results"])
     fig = plt.figure(figsize=(16, 7))
     grid = fig.add_gridspec(2, 4)
-    colors = {"deep-thin": "C0", "shallow-wide": "C3"}
-    for i, name in enumerate(names):
+    for i, name in enumerate(names[:6]):
         ax = fig.add_subplot(grid[i // 4, i % 4])
-        c = gap_curve(data[name])
-        if c["step"]:
-            ax.plot(c["step"], c["gap"], color="k")
-            ax.fill_between(c["step"], c["low"], c["high"], color="grey", alpha=0.25)
+        deep, wide = (mean_curve([r["val_curve"] for r in data[f"{name}/{k}"] if r["role"] == "scored"
+                                  and not r["diverged"]]) for k in SHAPES)
+        n = min(len(deep["step"]), len(wide["step"]))
+        if n:
+            ax.plot(deep["step"][:n], np.subtract(wide["mean"][:n], deep["mean"][:n]), color="k")
         ax.axhline(0, color="grey", lw=0.8, ls=":")
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel("Δ val loss (shallow − deep)")
+        ax.set(title=name, xlabel="step", ylabel="Δ val loss (shallow − deep)")
     ax = fig.add_subplot(grid[1, 2:])
     x = np.arange(len(names))
-    for j, kind in enumerate(SHAPES):
-        stats = [summary["settings"][n]["models"][kind]["final_val_loss"] for n in names]
+    for j, (kind, color) in enumerate(zip(SHAPES, ("C0", "C3"))):
+        stats = [summary["models"][f"{n}/{kind}"]["scored"][0]["final_val_loss"] for n in names]
         ax.bar(x + (j - 0.5) * 0.38, [s["mean"] for s in stats], 0.38, yerr=[s["std"] for s in stats],
-               color=colors[kind], label=kind, capsize=3)
+               color=color, label=kind, capsize=3)
     ax.set_xticks(x, names, fontsize=8)
     ax.set_ylabel("final val loss (mean ± std)")
     ax.legend(fontsize=7)
@@ -199,68 +208,12 @@ def plot(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def measure(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEEDS,
-            settings: Iterable[str] | None = None, steps: int | None = None, jobs: int = 2,
-            max_extend: int = MAX_EXTEND, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Tune and score both shapes of every setting (runs in ``out_dir/sweeps``); return (data: every scored run
-    per setting and shape, summary: per-setting numbers and the verdict).
-
-    ``settings``: a subset of `SETTINGS` names; ``steps`` overrides every setting's step count;
-    ``quick``: one seed, the middle lr of each grid, no extension, `QUICK_STEPS` steps, `QUICK_CHARS` of
-    text, in this process (a smoke run).
-    """
-    clock = WallClock(out_dir, NAME)
-    seeds = [0] if quick else list(seeds)
-    unknown = sorted(set(settings or ()) - set(SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}; valid: {sorted(SETTINGS)}")
-    chosen = {n: SETTINGS[n] for n in (settings or SETTINGS)}
-    jobs, max_extend = (1, 0) if quick else (jobs, max_extend)
-    n_steps = {n: QUICK_STEPS if quick else steps or st.steps for n, st in chosen.items()}
-    grids = {n: st.lrs[1:2] if quick else st.lrs for n, st in chosen.items()}
-    tuned = tune_all(Path(out_dir) / "sweeps",
-                     {f"{n}/{k}": (run_tables(st, shape, n_steps[n], quick), grids[n])
-                      for n, st in chosen.items() for k, shape in SHAPES.items()},
-                     seeds, jobs, max_extend, desc=NAME, show_progress=show_progress)
-    data = {n: {k: [{key: v for key, v in r.items() if key in RUN_KEYS} for r in tuned[f"{n}/{k}"]["runs"]]
-                for k in SHAPES} for n in chosen}
-    out: dict[str, Any] = {}
-    for name, setting in chosen.items():
-        models = {}
-        for kind, shape in SHAPES.items():
-            mt, t = model_table(setting, shape), tuned[f"{name}/{kind}"]
-            models[kind] = {"shape": shape.label, **mt, "params": param_count(mt),
-                            "non_embedding_params": non_embedding_count(mt), **numbers(t),
-                            "final_val_loss": seed_stats(t["final_loss"]),
-                            "final_val_acc": seed_stats(r["final_val_acc"] for r in t["runs"]),
-                            "diverged": sum(r["diverged"] for r in t["runs"]),
-                            "wall_s": round(sum(r["wall_s"] for r in t["tuning_runs"] + t["runs"]), 1)}
-        deep, wide = models["deep-thin"], models["shallow-wide"]
-        unigram = unigram_by_seed(tuned[f"{name}/shallow-wide"]["runs"]) if setting.arch != "vit" else {}
-        out[name] = {"steps": n_steps[name], "batch_size": setting.batch_size,
-                     "unigram_val_loss": seed_stats(unigram[k] for k in sorted(unigram)) if unigram else None,
-                     "params_ratio_total": deep["params"] / wide["params"],
-                     "params_ratio_non_embedding": deep["non_embedding_params"] / wide["non_embedding_params"],
-                     "models": models, **verdicts.deep_thin_gap(models),
-                     "gap_curve": gap_curve(data[name])}
-    summary = {"seeds": seeds, "tuning_seed": TUNING_SEED, "settings": out, "wall_s": clock.seconds()}
-    name, reason = judge(summary)
-    return data, {"verdict": name, "verdict_reason": reason, **summary}
+CLAIM = Claim(
+    name="deep-thin", title="deeper-thinner beats shallow-wide at equal parameters",
+    claim=("(DeepScaleLM, Kedia et al. 2024): deep models with fewer parameters outperform shallow ones across "
+           "encoder-only, decoder-only and encoder-decoder models and image classification, for both Pre-LN and "
+           "Post-LN."),
+    full=FULL, quick=QUICK, models=models, rule=rule, setup=setup, table=table, plot=plot, derive=derive)
 
 
-RUN_KEYS = ("seed", "lr", "final_val_loss", "final_val_acc", "initial_val_loss", "best_val_loss", "val_curve",
-            "diverged", "error", "steps_done", "wall_s")
-
-
-def judge(summary: dict[str, Any]) -> tuple[str, str]:
-    """(verdict, reason): `verdicts.deep_thin` on a summary's numbers (as saved in deep-thin.json)."""
-    return verdicts.deep_thin({n: s["models"] for n, s in summary["settings"].items()})
-
-
-def run(out_dir: str | Path, quick: bool = False, seeds: Iterable[int] = SEEDS,
-        settings: Iterable[str] | None = None, steps: int | None = None, jobs: int = 2,
-        max_extend: int = MAX_EXTEND, show_progress: bool = True) -> dict[str, Any]:
-    """`measure` → `markdown` (with `table`) + `plot`, written as deep-thin.{json,png,md} into ``out_dir``;
-    returns the summary. Arguments as for `measure`."""
-    data, summary = measure(out_dir, quick, seeds, settings, steps, jobs, max_extend, show_progress)
-    return write_outputs(out_dir, NAME, data, summary, markdown(summary), plot(data, summary))
+__all__ = ["CLAIM", "SETTINGS", "SHAPES", "model_table", "non_embedding_count", "param_count", "run_tables"]

@@ -25,11 +25,14 @@ from ..diagnostics.plot import plot_records
 from ..models import ModelConfig, build_model, predict
 from ..records import Record, to_rows
 from .outputs import progress
+from .registry import Figures
 from .report import Table
 
 CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "preln"),
            "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "postln")}
 VOCAB, HEADS, BATCH = 256, 4, 1
+FULL = {"depth": 192, "width": 128, "seq": 64, "seeds": 32}     # seeds: how many (0, 1, ...)
+QUICK = {"depth": 4, "width": 32, "seq": 8, "seeds": 2}
 
 
 def measure_seeds(cfg: ModelConfig, seeds: Iterable[int], batch: int = BATCH) -> dict[str, np.ndarray]:
@@ -139,14 +142,14 @@ def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progres
     return summary, records, curves
 
 
-def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, seeds: Iterable[int] = range(32),
-        quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+def run(out_dir: str | Path, depth: int = FULL["depth"], width: int = FULL["width"], seq: int = FULL["seq"],
+        seeds: Iterable[int] = range(FULL["seeds"]), quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """`measure_all` → `table` + `plot`; write results.json, forward/backward PNGs and section.md.
 
-    ``quick``: depth 4, width 32, seq 8, two seeds (a smoke run). Returns {"meta", "summary"}.
+    ``quick``: the `QUICK` sizes (a smoke run). Returns {"meta", "summary"}.
     """
     if quick:
-        depth, width, seq, seeds = 4, 32, 8, range(2)
+        depth, width, seq, seeds = QUICK["depth"], QUICK["width"], QUICK["seq"], range(QUICK["seeds"])
     seeds = list(seeds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,3 +161,7 @@ def run(out_dir: str | Path, depth: int = 192, width: int = 128, seq: int = 64, 
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "records": records}, indent=1))
     (out / "section.md").write_text(table(summary, meta).markdown())
     return {"meta": meta, "summary": summary}
+
+
+FIGURES = Figures("dslm-moments", FULL, QUICK, lambda out, s, show: run(
+    out, s["depth"], s["width"], s["seq"], range(s["seeds"]), show_progress=show))

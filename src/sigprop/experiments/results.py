@@ -2,15 +2,14 @@
 with a verdict table on top."""
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
-# the training claims whose rule recomputes the verdict from NAME.json: name -> runner module with judge(summary)
-JUDGED = {"shaped-vs-preln": "shaped_vs_preln", "entropy-collapse": "entropy_collapse", "dslm-depth": "dslm_depth",
-          "deep-thin": "deep_thin", "depth-transfer": "depth_transfer"}
+from .registry import EXPERIMENTS, entry, is_claim
+
+CLAIMS = tuple(n for n in EXPERIMENTS if is_claim(n))      # the training claims, whose verdict NAME.json recomputes
 
 HEADER = """# Reproducing the papers' claims at CPU scale
 
@@ -68,17 +67,12 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
     return text
 
 
-def judge_of(name: str) -> Callable[[dict[str, Any]], tuple[str, str]]:
-    """The ``judge(summary) -> (verdict, reason)`` of claim ``name``'s runner (a key of `JUDGED`)."""
-    return importlib.import_module(f"sigprop.experiments.{JUDGED[name]}").judge
-
-
-def rejudge(root: str | Path, names: Sequence[str] = tuple(JUDGED)) -> dict[str, tuple[str, str]]:
-    """(verdict, reason) of every claim in ``names`` with a rule in `JUDGED` and a ``root/NAME/NAME.json``,
-    recomputed by its runner's ``judge`` from the saved numbers alone."""
+def rejudge(root: str | Path, names: Sequence[str] = CLAIMS) -> dict[str, tuple[str, str]]:
+    """(verdict, reason) of every training claim in ``names`` with a ``root/NAME/NAME.json``, recomputed by
+    its rule from the saved summary alone."""
     out = {}
     for n in names:
         path = Path(root) / n / f"{n}.json"
-        if n in JUDGED and path.exists():
-            out[n] = judge_of(n)(json.loads(path.read_text())["summary"])
+        if n in CLAIMS and path.exists():
+            out[n] = entry(n).rule(json.loads(path.read_text())["summary"])
     return out

@@ -13,7 +13,9 @@
     summary = shaped_figs.run("runs/shaped_figs")      # one subfolder per figure: JSON + PNG + Markdown
 
 Each figure is measure → table → plot: ``measure_figN`` returns (data, summary), ``table_figN(summary)`` the
-table and ``plot_figN(data, summary)`` the figure; ``figN`` writes them. What the figures show and how they
+table and ``plot_figN(data, summary)`` the figure; ``figN`` writes them. Sizes: ``FIGN_SIZES`` (full and
+quick), any key overridden by a keyword (``sigprop reproduce figN --set samples=200``); ``FIGN`` is the
+registry's entry. What the figures show and how they
 compare with the paper: docs/RESULTS_shaped_figs.md.
 """
 from __future__ import annotations
@@ -34,7 +36,9 @@ from scipy import stats
 from ..simulate import ensemble
 from ..theory import sde
 from .outputs import progress, section, write_outputs
+from .registry import Figures
 from .report import Table
+from .training import resolve_sizes
 
 RHO0 = 0.2
 GAMMA, TAU0 = 0.3, 1.0
@@ -61,11 +65,24 @@ def _plot_band(ax: Any, x: np.ndarray, b: dict[str, list[float]], label: str, **
     ax.fill_between(x, b["q05"], b["q95"], color=line.get_color(), alpha=0.2)
 
 
-def measure_fig1(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+FIG1_SIZES = {"full": {"width": 128, "samples": 1000, "sde_paths": 2000, "sde_steps": 256},
+              "quick": {"width": 16, "samples": 64, "sde_paths": 200, "sde_steps": 64}}
+FIG2_SIZES = {"full": {"width": 64, "samples": 32}, "quick": {"width": 12, "samples": 8}}
+FIG4_SIZES = {"full": {"widths": (32, 128), "samples": 1000}, "quick": {"widths": (16, 32), "samples": 100}}
+FIG5_SIZES = {"full": {"sde_paths": 1000, "sde_steps": 400, "widths": (64, 128), "samples": 500},
+              "quick": {"sde_paths": 200, "sde_steps": 50, "widths": (16,), "samples": 50}}
+
+
+def _sizes(table: dict[str, dict[str, Any]], quick: bool, sizes: dict[str, Any]) -> dict[str, Any]:
+    return resolve_sizes(table["quick" if quick else "full"], sizes)
+
+
+def measure_fig1(quick: bool = False, show_progress: bool = True, **sizes: Any
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Correlation over depth, width = depth (t = depth/width = 1), softmax / preln / shaped + SDE:
     (data: mean and 5–95 % band per block and for the SDE, summary: final statistics and KS test)."""
     start = time.time()
-    n, samples, paths, steps = (16, 64, 200, 64) if quick else (128, 1000, 2000, 256)
+    n, samples, paths, steps = _sizes(FIG1_SIZES, quick, sizes).values()
     blocks = {"softmax": {}, "preln": {}, "shaped": SHAPED_KW}
     rho = {b: correlation(ensemble.simulate(b, _V0(), n, n, samples, seed=1, method="gaussian", **kw))
            for b, kw in progress(blocks.items(), "fig1: finite networks", total=len(blocks), enabled=show_progress)}
@@ -117,9 +134,9 @@ def plot_fig1(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
     """`measure_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
-    data, summary = measure_fig1(quick, show_progress)
+    data, summary = measure_fig1(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig1", data, summary,
                          section("Fig. 1 — correlation over depth", table_fig1(summary)), plot_fig1(data, summary))
 
@@ -127,10 +144,11 @@ def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -
 FIG2_BLOCKS = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
 
 
-def measure_fig2(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure_fig2(quick: bool = False, show_progress: bool = True, **sizes: Any
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-layer gradient norm ‖∂ℓ/∂X_l‖_F² (mean, 5–95 % band of log10) vs layer, explicit-weight networks."""
     start = time.time()
-    n, samples = (12, 8) if quick else (64, 32)
+    n, samples = _sizes(FIG2_SIZES, quick, sizes).values()
     g = {b: ensemble.gradient_norms(b, _V0(), n, n, samples, seed=3, **kw).numpy()
          for b, kw in progress(FIG2_BLOCKS.items(), "fig2", total=len(FIG2_BLOCKS), enabled=show_progress)}
     data = {b: _band(np.log10(v)) for b, v in g.items()}
@@ -163,9 +181,9 @@ def plot_fig2(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
     """`measure_fig2` → `table_fig2` + `plot_fig2`, written as fig2.{json,md,png}; returns the summary."""
-    data, summary = measure_fig2(quick, show_progress)
+    data, summary = measure_fig2(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig2", data, summary, section("Fig. 2 — per-layer gradient norm",
                                                                  table_fig2(summary)), plot_fig2(data, summary))
 
@@ -199,7 +217,8 @@ def final_stats(rho: np.ndarray, log_tr: np.ndarray) -> dict[str, float]:
             "log_trace_rate": float((log_tr[:, -1].mean() - log_tr[:, d // 2].mean()) / (d - d // 2))}
 
 
-def measure_fig4(quick: bool = False, show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ablations of shaped attention (attention-only blocks; "shaped" adds the MLP) at depth = width n
     for two widths: each ablation leaves the O(1/n)-per-layer regime of the SDE, so its law at t = 1
     has no non-degenerate n → ∞ limit.
@@ -215,7 +234,7 @@ def measure_fig4(quick: bool = False, show_progress: bool = True) -> tuple[dict[
     Tests: tests/test_shaped_figs.py (`test_fig4_*`).
     """
     start = time.time()
-    widths, samples = ((16, 32), 100) if quick else ((32, 128), 1000)
+    widths, samples = _sizes(FIG4_SIZES, quick, sizes).values()
     runs = {n: {v: ablation(v, n, samples) for v in FIG4_VARIANTS}
             for n in progress(widths, "fig4", total=len(widths), enabled=show_progress)}
     n = widths[-1]
@@ -264,9 +283,9 @@ def plot_fig4(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig4(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
+def fig4(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
     """`measure_fig4` → `table_fig4` + `plot_fig4`, written as fig4.{json,md,png}; returns the summary."""
-    data, summary = measure_fig4(quick, show_progress)
+    data, summary = measure_fig4(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig4", data, summary, section("Fig. 4 — ablations of shaped attention",
                                                                  table_fig4(summary)), plot_fig4(data, summary))
 
@@ -287,7 +306,7 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True
+def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blow-up vs gamma and initial scale s, V0 = s·[[1, ρ0], [ρ0, 1]]: the SDE ("transformer", t = 1) and
     finite "shaped" networks at depth = width (t = 1), same γ, τ0 and threshold.
@@ -297,7 +316,7 @@ def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool =
     A network is blown up once some layer has ‖V_l‖_F ≥ ``blowup`` (or overflows); its time is layer/width.
     """
     start = time.time()
-    paths, steps, widths, samples = (200, 50, (16,), 50) if quick else (1000, 400, (64, 128), 500)
+    paths, steps, widths, samples = _sizes(FIG5_SIZES, quick, sizes).values()
     rows = []
     for s, gm in progress([(s, g) for s in SCALES for g in GAMMAS], "fig5", enabled=show_progress):
         P = sde.simulate("transformer", _V0(s), t=1.0, steps=steps, paths=paths, seed=5, gamma=gm, tau0=TAU0,
@@ -356,10 +375,10 @@ def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6, show_progress: bool = True
+def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
          ) -> dict[str, Any]:
     """`measure_fig5` → `table_fig5` + `plot_fig5`, written as fig5.{json,md,png}; returns the summary."""
-    data, summary = measure_fig5(quick, blowup, show_progress)
+    data, summary = measure_fig5(quick, blowup, show_progress, **sizes)
     return write_outputs(out_dir, "fig5", data, summary, section("Fig. 5 — blow-up: SDE vs networks",
                                                                  table_fig5(summary)), plot_fig5(data, summary))
 
@@ -369,3 +388,11 @@ def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True) ->
     out = Path(out_dir)
     return {name: f(out / name, quick=quick, show_progress=show_progress)
             for name, f in (("fig1", fig1), ("fig2", fig2), ("fig4", fig4), ("fig5", fig5))}
+
+
+def _figures(name: str, sizes: dict[str, dict[str, Any]], f: Any) -> Figures:
+    return Figures(name, sizes["full"], sizes["quick"], lambda out, s, show: f(out, show_progress=show, **s))
+
+
+FIG1, FIG2 = _figures("fig1", FIG1_SIZES, fig1), _figures("fig2", FIG2_SIZES, fig2)
+FIG4, FIG5 = _figures("fig4", FIG4_SIZES, fig4), _figures("fig5", FIG5_SIZES, fig5)

@@ -11,11 +11,10 @@ checkpoints and `train_run` raises KeyboardInterrupt, so a truncated run is neve
 """
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -24,9 +23,9 @@ from ..models import ModelConfig
 from ..models.build import ARCHITECTURES
 from ..train.config import RunConfig, from_mapping, load_config
 from ..train.data import prepare_data
-from ..train.logging import read_jsonl
 from ..train.objectives import IGNORE
 from ..train.run import train
+from ..train.run_summary import read_run
 from ..train.sampler import generator
 from ..train.trainer import EVAL_STREAM, NonFiniteLossError
 
@@ -64,10 +63,8 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
               seed: int = 0) -> dict[str, Any]:
     """Train a fresh model in ``out_dir`` and return its record (JSON-ready):
 
-    ``final_val_loss`` and ``final_val_acc`` (NaN if diverged), ``best_val_loss``, ``initial_val_loss`` (step 0),
-    ``val_curve`` [[step, loss]], ``train_curve`` [[step, loss, pre-clip gradient norm]], ``diag`` [[step, mean
-    attention entropy, min attention entropy, token correlation]] (when ``train.diag_every`` > 0), ``diag_layers``
-    (`read_run`), ``diverged``, ``error``, ``steps_done``, ``params``, ``wall_s``. Tables are `RunConfig` sections;
+    the run's `sigprop.train.run_summary.read_run` record (losses, ``diverged``, ``error``, curves) with
+    ``seed``, ``params`` and ``wall_s``. Tables are `RunConfig` sections;
     ``train.out_dir`` and ``train.seed`` are set here, every other key is validated as usual.
     """
     run_dir = Path(out_dir)
@@ -86,28 +83,6 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
                                     f"{trainer.state.step}; its checkpoint is saved")
     return {"seed": seed, "params": param_count(cfg.model), **read_run(run_dir, error),
             "wall_s": round(time.perf_counter() - start, 2)}
-
-
-def read_run(run_dir: str | Path, error: str | None = None) -> dict[str, Any]:
-    """A finished run's record from its ``metrics.jsonl``: the keys `train_run` documents except ``seed``,
-    ``params`` and ``wall_s``, plus ``diag_layers`` [[step, [per-sublayer row of the diagnostics]]] (the
-    `sigprop.records.Record` fields: attention entropy and largest logit per attention sublayer, output
-    mean and variance of every sublayer). ``error``: the run's NaN/Inf message, if it stopped on one."""
-    records = read_jsonl(Path(run_dir) / "metrics.jsonl")
-    evals = [r for r in records if r["kind"] == "eval"]
-    val = [[r["step"], r["loss"]] for r in evals]
-    steps = [[r["step"], r["loss"], r["grad_norm"]] for r in records if r["kind"] == "train"]
-    diags = [r for r in records if r["kind"] == "diag"]
-    finite = [v for _, v in val if math.isfinite(v)]
-    diverged = error is not None or not finite or not math.isfinite(val[-1][1])
-    return {"final_val_loss": math.nan if diverged else val[-1][1],
-            "final_val_acc": math.nan if diverged else evals[-1]["acc"],
-            "best_val_loss": min(finite) if finite else math.nan,
-            "initial_val_loss": val[0][1] if val else math.nan,
-            "val_curve": val, "train_curve": steps,
-            "diag": [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]] for r in diags],
-            "diag_layers": [[r["step"], r["layers"]] for r in diags],
-            "diverged": diverged, "error": error, "steps_done": steps[-1][0] if steps else 0}
 
 
 def unigram_nll(train_tokens: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> float:
@@ -138,23 +113,6 @@ def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict
     if unknown:
         raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
     return {**base, **overrides}
-
-
-def unigram_by_seed(records: Iterable[Mapping[str, Any]]) -> dict[int, float]:
-    """seed → `unigram_loss` of the first finished sweep record (``config.train``) with that seed: the data
-    split depends on the seed only, so one run per seed gives every run's unigram level."""
-    first: dict[int, str] = {}
-    for r in records:
-        first.setdefault(r["config"]["train"]["seed"], r["config"]["train"]["out_dir"])
-    return {seed: unigram_loss(d) for seed, d in first.items()}
-
-
-def seed_stats(values: Iterable[float]) -> dict[str, Any]:
-    """Mean, sample std (0 for one seed), standard error of the mean and the per-seed values over seeds;
-    the mean is NaN if any value is (a diverged run)."""
-    v = np.asarray(list(values), dtype=float)
-    std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    return {"mean": float(v.mean()), "std": std, "se": std / math.sqrt(len(v)), "per_seed": v.tolist()}
 
 
 def finished(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:

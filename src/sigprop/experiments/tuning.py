@@ -2,8 +2,8 @@
 
 1. *Tune*: train the model at every lr of its grid on a tuning seed that is never scored.
 2. *Bracket*: if the lowest final validation loss sits at an edge of the grid (or every lr diverged),
-   add one lr beyond that edge, one grid step further (the ratio of the two outermost lrs on that side;
-   downward when every lr diverged), and repeat, at most ``max_extend`` times. Each extension is recorded;
+   add one lr one grid step beyond that edge (`sigprop.train.lr_grid.next_lr`; downward when every lr
+   diverged), and repeat, at most ``max_extend`` times. Each extension is recorded;
    an optimum still at an edge makes the claim's verdict inconclusive (`sigprop.experiments.verdicts`).
 3. *Score*: train the scored seeds at the chosen lr.
 
@@ -21,10 +21,9 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..train.lr_grid import best_lr, next_lr
+from ..train.run_summary import read_run
 from ..train.sweep import SweepSpec, run_sweep
-from .outputs import progress
-from .training import read_run
-from .verdicts import best_lr
 
 MAX_EXTEND = 2
 TUNING_SEED = 100        # the seed every claim tunes on; the scored seeds are small integers
@@ -40,24 +39,6 @@ def sweep_runs(out: str | Path, tables: Mapping[str, Any], lrs: Sequence[float],
         curves = read_run(r["config"]["train"]["out_dir"], r["error"])
         out_records.append({**r, **curves, "lr": r["point"]["optim.lr"], "seed": r["point"]["seed"]})
     return out_records
-
-
-def next_lr(grid: Sequence[float], losses: Sequence[float]) -> tuple[float, str] | None:
-    """The lr that brackets the optimum of ``grid`` (ascending) one step beyond its edge, and the direction
-    ("up" | "down"); None when the best lr is inside the grid."""
-    lr, edge = best_lr(grid, losses)
-    if lr is not None and not edge:
-        return None
-    if len(grid) < 2:
-        raise ValueError(f"an lr grid needs at least 2 values to extend, got {list(grid)}")
-    if lr == grid[-1] and lr != grid[0]:
-        return _round(grid[-1] * grid[-1] / grid[-2]), "up"
-    return _round(grid[0] * grid[0] / grid[1]), "down"
-
-
-def _round(lr: float) -> float:
-    """``lr`` to 3 significant digits (a grid step lands on 0.04, not 0.04000000000000001)."""
-    return float(f"{lr:.3g}")
 
 
 def tune(out: str | Path, tables: Mapping[str, Any], grid: Sequence[float], tuning_seed: int,
@@ -94,22 +75,6 @@ def layer_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     attn = [r for r in rows if r.get("attn_entropy") is not None]
     return {"attn_entropy": [r["attn_entropy"] for r in attn], "max_logit": [r["max_logit"] for r in attn],
             "stream_rms": [math.sqrt(r["fwd_var"] + r["fwd_mean"] ** 2) for r in rows]}
-
-
-def lr_summary(m: Mapping[str, Any]) -> str:
-    """"lr 0.003 (grid 0.001–0.01; extended: …)" for a `tune` result."""
-    g = m["lr_grid"]
-    best = "none (every lr diverged)" if m["best_lr"] is None else f"{m['best_lr']:g}"
-    ext = f"; {'; '.join(m['extended'])}" if m["extended"] else ""
-    return f"lr {best} (grid {g[0]:g}–{g[-1]:g}, {len(g)} values{', at its edge' if m['at_edge'] else ''}{ext})"
-
-
-def tune_all(out: str | Path, models: Mapping[str, tuple[Mapping[str, Any], Sequence[float]]], seeds: Sequence[int],
-             jobs: int = 1, max_extend: int = MAX_EXTEND, tuning_seed: int = TUNING_SEED, desc: str = "tuning",
-             show_progress: bool = True) -> dict[str, dict[str, Any]]:
-    """`tune` every model of ``models`` (label → (run-config tables, lr grid)) into one sweep folder ``out``."""
-    return {label: tune(out, tables, grid, tuning_seed, seeds, jobs, max_extend)
-            for label, (tables, grid) in progress(list(models.items()), desc, enabled=show_progress)}
 
 
 def numbers(m: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ A *tuned model* is a mapping with
 * ``seeds`` and ``final_loss``: the scored seeds and their final validation loss at the chosen lr.
 
 The rule shared by every claim (`tuning_problems`): the chosen lr is the grid lr with the lowest finite
-tuning loss (`best_lr`); a comparison is *inconclusive* if that lr sits at an edge of the grid (the optimum
+tuning loss (`sigprop.train.lr_grid.best_lr`); a comparison is *inconclusive* if that lr sits at an edge
+of the grid (the optimum
 may lie outside it; the runners extend the grid in that direction first and say so), if every lr
 diverged, if the tuning seed is also scored, or if fewer than ``min_seeds`` seeds are scored.
 Verdicts: "reproduced", "partly", "not reproduced", "inconclusive".
@@ -23,18 +24,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..train.lr_grid import best_lr
+from ..train.seed_stats import seed_stats
+
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
 Model = Mapping[str, Any]
-
-
-def best_lr(lr_grid: Sequence[float], losses: Sequence[float]) -> tuple[float | None, bool]:
-    """(lr with the lowest finite loss, whether it is the smallest or largest lr of the grid); (None, False)
-    when every lr diverged. A grid of one lr is all edge."""
-    finite = [(loss, lr) for lr, loss in zip(lr_grid, losses) if math.isfinite(loss)]
-    if not finite:
-        return None, False
-    lr = min(finite)[1]
-    return lr, lr in (min(lr_grid), max(lr_grid))
 
 
 def tuning_problems(label: str, m: Model, min_seeds: int) -> list[str]:
@@ -54,10 +48,9 @@ def tuning_problems(label: str, m: Model, min_seeds: int) -> list[str]:
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean (NaN if any value is not finite: a diverged seed) and sample std (0 for one value)."""
-    v = np.asarray(values, dtype=float)
-    mean = float(v.mean()) if np.isfinite(v).all() else math.nan
-    return mean, float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    """Seed mean and sample std of ``values`` (`seed_stats`: NaN if a seed diverged)."""
+    s = seed_stats(values)
+    return s["mean"], s["std"]
 
 
 def _inconclusive(problems: list[str]) -> tuple[str, str]:
@@ -233,10 +226,9 @@ def deep_thin(settings: Mapping[str, Mapping[str, Model]], min_seeds: int = 2) -
 
 def deep_thin_gap(pair: Mapping[str, Model]) -> dict[str, Any]:
     """Δ = shallow − deep seed-mean final loss, its combined standard error and the win flag (Δ > se)."""
-    (d, sd), (w, sw) = mean_std(pair["deep-thin"]["final_loss"]), mean_std(pair["shallow-wide"]["final_loss"])
-    se = math.hypot(sd / math.sqrt(len(pair["deep-thin"]["final_loss"])),
-                    sw / math.sqrt(len(pair["shallow-wide"]["final_loss"])))
-    gap = w - d
+    deep, wide = seed_stats(pair["deep-thin"]["final_loss"]), seed_stats(pair["shallow-wide"]["final_loss"])
+    se = math.hypot(deep["se"], wide["se"])
+    gap = wide["mean"] - deep["mean"]
     return {"gap": gap, "se": se, "deep_wins": bool(gap > se)}
 
 

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 
+def default_warmup(steps: int) -> int:
+    """The warmup every experiment gives a run of ``steps`` optimizer steps: its first 10 % (at least one step)."""
+    return max(1, steps // 10)
+
+
 def lr_at(step: int, total: int, cfg: OptimConfig) -> float:
     """Learning rate for optimizer step ``step`` (0-based) of ``total``.
 

@@ -32,12 +32,10 @@ import copy
 import hashlib
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import time
 import tomllib
@@ -51,7 +49,7 @@ from tqdm.auto import tqdm
 
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
-from .logging import read_jsonl
+from .run_summary import CURVES, read_run
 from .sweep_report import check_size, write_report
 from .tokenizer import BPETokenizer
 from .trainer import NonFiniteLossError
@@ -194,12 +192,6 @@ def pin_tokenizers(spec: SweepSpec, resolved: list[tuple[dict[str, Any], RunConf
     return out
 
 
-def _grad_summary(norms: Sequence[float]) -> dict[str, float]:
-    if not norms:
-        return {"first": math.nan, "median": math.nan, "max": math.nan, "last": math.nan}
-    return {"first": norms[0], "median": statistics.median(norms), "max": max(norms), "last": norms[-1]}
-
-
 def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
     """Train one point from scratch (its folder is cleared first) and return its JSON line.
 
@@ -217,22 +209,8 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict
     except NonFiniteLossError as e:
         error = str(e)
     wall = time.perf_counter() - start
-    records = read_jsonl(run_dir / "metrics.jsonl")
-    evals = [r["loss"] for r in records if r["kind"] == "eval"]
-    finite = [v for v in evals if math.isfinite(v)]
-    diags = [r for r in records if r["kind"] == "diag"]
-    logits = [row["max_logit"] for d in diags for row in d["layers"] if row.get("max_logit") is not None]
-    entropies = [d["attn_entropy_min"] for d in diags if d.get("attn_entropy_min") is not None]
-    diverged = error is not None or not evals or not math.isfinite(evals[-1])
-    return {"id": pid, "point": point, "config": cfg.to_dict(),
-            "initial_val_loss": evals[0] if evals else math.nan,
-            "final_val_loss": math.nan if diverged else evals[-1],
-            "best_val_loss": min(finite) if finite else math.nan, "diverged": diverged, "error": error,
-            "max_attn_logit": max(logits) if logits else None,
-            "min_attn_entropy": min(entropies) if entropies else None,
-            "grad_norm": _grad_summary([r["grad_norm"] for r in records if r["kind"] == "train"]),
-            "steps_done": max([r["step"] for r in records if r["kind"] == "train"], default=0),
-            "wall_s": round(wall, 3)}
+    run = {k: v for k, v in read_run(run_dir, error).items() if k not in CURVES}
+    return {"id": pid, "point": point, "config": cfg.to_dict(), **run, "wall_s": round(wall, 3)}
 
 
 def finished_records(path: Path) -> dict[str, dict[str, Any]]:

@@ -3,8 +3,8 @@ and two plots (measure → table → plot: `summarize` makes rows, the plotting 
 
 Definitions (Wortsman et al. 2023, arXiv 2309.14322, §2.3):
   * a *group* is every grid key except ``optim.lr`` and the seed; its curve is the mean final
-    validation loss over seeds at each lr (a diverged seed makes the point +inf);
-  * best lr η* = argmin of the curve; *edge* when η* is the smallest or largest lr of the grid;
+    validation loss over seeds at each lr (`seed_stats`; a diverged seed makes the point +inf);
+  * best lr η* and *edge* (η* is the smallest or largest lr of the grid, or the grid's only lr): `lr_grid.best_lr`;
   * LR sensitivity = mean over the grid of min(loss(η), loss at init) − min over η of loss(η);
   * transfer regret, per panel (the group minus the size axis): loss of the largest size at the
     smallest size's η*, capped at the loss at init like the sensitivity, minus the largest size's best loss.
@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from .lr_grid import best_lr
+from .seed_stats import seed_stats
 
 LR, SEEDS = "optim.lr", ("seed", "train.seed")
 ORDERED, CATEGORICAL = "ordered", "categorical"
@@ -70,14 +73,13 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
     rows = []
     for label, g in groups.items():
         lrs = sorted(g["runs"])
-        loss = [math.inf if any(r["diverged"] for r in g["runs"][lr]) else
-                float(np.mean([r["final_val_loss"] for r in g["runs"][lr]])) for lr in lrs]
+        means = [seed_stats(r["final_val_loss"] for r in g["runs"][lr])["mean"] for lr in lrs]
+        loss = [m if math.isfinite(m) else math.inf for m in means]
         init = float(np.mean([r["initial_val_loss"] for lr in lrs for r in g["runs"][lr]]))
-        k = int(np.argmin(loss))
-        best = loss[k]
+        best_at, edge = best_lr(lrs, loss)
+        best = math.inf if best_at is None else loss[lrs.index(best_at)]
         rows.append({"group": label, "panel": g["panel"], "size": g["size"], "lrs": lrs, "loss": loss,
-                     "initial_loss": init, "best_lr": lrs[k] if math.isfinite(best) else None,
-                     "best_loss": best, "edge": len(lrs) > 1 and k in (0, len(lrs) - 1),
+                     "initial_loss": init, "best_lr": best_at, "best_loss": best, "edge": edge,
                      "sensitivity": (float(np.mean([min(v, init) for v in loss]) - best) if math.isfinite(best)
                                      else math.nan),
                      "n_seeds": len(g["runs"][lrs[0]])})

@@ -1,0 +1,234 @@
+"""Every training claim's rule through the harness: synthetic per-point records → `summarize` → verdict, one
+test per branch (reproduced, partly, not reproduced, inconclusive)."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sigprop.experiments import deep_thin, depth_transfer, dslm_depth, entropy_collapse, shaped_vs_preln
+from sigprop.experiments.claim import summarize
+
+TUNING = 100
+
+
+def pt(model, role, lr, seed, final, unigram=None, logged=None):
+    return {"model": model, "role": role, "lr": lr, "seed": seed, "final_val_loss": final, "initial_val_loss": 7.0,
+            "best_val_loss": final, "final_val_acc": 0.5, "unigram": unigram, "logged": logged or {},
+            "diverged": not math.isfinite(final)}
+
+
+def tuned(key, grid, losses, lr, finals, unigram=None, seeds=(0, 1, 2)):
+    """Tuning points over ``grid`` and scored points at ``lr`` (None: no scored seeds)."""
+    pts = [pt(key, "tuning", g, TUNING, x, unigram) for g, x in zip(grid, losses)]
+    return pts + ([pt(key, "scored", lr, s, x, unigram) for s, x in zip(seeds, finals)] if lr else [])
+
+
+def run(module, sizes, points):
+    claim = module.CLAIM
+    s = {**claim.full, **sizes}
+    models = claim.models(s)
+    summary = summarize(claim, s, models, points, {m.key: [] for m in models})
+    assert claim.rule(summary) == (summary["verdict"], summary["verdict_reason"])
+    return summary
+
+
+# --- shaped-vs-preln: every shaped variant within +5 % of tuned Pre-LN
+
+SVP = {"gammas": (0.05,)}
+GRID = list(shaped_vs_preln.FULL["shaped_lrs"])
+PRE_GRID = list(shaped_vs_preln.FULL["preln_lrs"])
+
+
+def svp_points(recover, learn, edge=False):
+    pre_loss = [5.3, 5.1, 5.0, 4.9] if edge else [5.3, 5.0, 5.1, 5.2]
+    return (tuned("preln", PRE_GRID, pre_loss, PRE_GRID[1], [5.0, 5.0, 5.0], 5.27)
+            + tuned("shaped-recover-0.05", GRID, [5.3, 5.0, 5.1, 5.2], GRID[1], recover)
+            + tuned("shaped-learn-0.05", GRID, [5.3, 5.0, 5.1, 5.2], GRID[1], learn))
+
+
+@pytest.mark.parametrize("recover, learn, edge, verdict", [
+    ([5.1, 5.2, 5.2], [4.9, 5.0, 5.1], False, "reproduced"),
+    ([5.1, 5.2, 5.2], [5.4, 5.4, 5.4], False, "partly"),        # one within 5 %
+    ([5.6, 5.6, 5.6], [5.4, 5.4, 5.4], False, "not reproduced"),
+    ([5.1, 5.2, 5.2], [4.9, 5.0, 5.1], True, "inconclusive"),   # Pre-LN's optimum at its grid's top
+])
+def test_shaped_vs_preln(recover, learn, edge, verdict):
+    s = run(shaped_vs_preln, SVP, svp_points(recover, learn, edge))
+    assert s["verdict"] == verdict
+    assert s["models"]["preln"]["label"] == "Pre-LN"
+    assert s["models"]["shaped-learn-0.05"]["tuning"]["best_lr"] == GRID[1]
+
+
+def test_a_diverged_shaped_seed_is_an_infinite_gap():
+    s = run(shaped_vs_preln, SVP, svp_points([5.0, 5.0, math.nan], [5.0, 5.0, 5.0]))
+    assert s["verdict"] == "partly" and "+inf%" in s["verdict_reason"]
+    assert s["models"]["shaped-recover-0.05"]["scored"][0]["diverged"] == [False, False, True]
+
+
+# --- entropy-collapse: Pre-LN's entropy collapses at a large lr, shaped's does not
+
+LRS = [1e-2, 3e-2, 1e-1]
+
+
+def ec_points(pre_top, shaped_top):
+    """Entropy per seed at every lr: 2.0 everywhere except the top lr (``pre_top``/``shaped_top`` per seed)."""
+    out = []
+    for key in entropy_collapse.MODELS:
+        top = pre_top if key == "preln" else shaped_top
+        for lr in LRS:
+            out += [pt(key, "scored", lr, s, 5.0, logged={"entropy": top[s] if lr == LRS[-1] else 2.0})
+                    for s in range(3)]
+    return out
+
+
+@pytest.mark.parametrize("pre_top, shaped_top, verdict", [
+    ([0.1, 0.1, 0.1], [2.0, 2.0, 2.0], "reproduced"),
+    ([0.1, 0.1, 0.9], [2.0, 2.0, 2.0], "partly"),              # Pre-LN's mean collapses, not every seed
+    ([0.1, 0.1, 0.1], [0.1, 2.0, 2.0], "partly"),              # a shaped seed collapses, its mean does not
+    ([0.1, 0.1, 0.1], [0.1, 0.1, 0.1], "not reproduced"),
+    ([2.0, 2.0, 2.0], [2.0, 2.0, 2.0], "inconclusive"),        # the grid never reaches the collapse regime
+])
+def test_entropy_collapse(pre_top, shaped_top, verdict):
+    s = run(entropy_collapse, {}, ec_points(pre_top, shaped_top))
+    assert s["verdict"] == verdict and s["verdicts"]["temperature"][0] == verdict
+    assert s["models"]["preln"]["lr_grid"] == LRS
+
+
+def test_entropy_collapse_extends_upward_until_pre_ln_collapses():
+    ext = entropy_collapse.CLAIM.extend
+    stays = [pt("preln", "scored", lr, 0, 5.0, logged={"entropy": 2.0}) for lr in LRS]
+    assert ext(LRS, stays) == ([0.333], "Pre-LN did not collapse up to lr 0.1: added 0.333")
+    stays[-1]["logged"]["entropy"] = 0.1
+    assert ext(LRS, stays) is None
+
+
+# --- dslm-depth: DSLM trains at depth where the standard init does not
+
+DSLM = {"depth": 4, "deep_depth": 8, "width": 16, "heads": 2}
+DGRID = [3e-3, 1e-2, 3e-2]
+
+
+def dslm_points(dslm_final, std_final, steps_ok=True):
+    u = 5.0
+    out = []
+    for n in ("preln", "postln"):
+        out += tuned(f"dslm-{n}", DGRID, [4.8, 4.5, 4.9], 1e-2, dslm_final, u, (0, 1))
+        out += [pt(f"standard-{n}", "tuning", g, TUNING, x, u) for g, x in zip(DGRID, [5.0, 5.0, 5.1])]
+        out += [pt(f"standard-{n}", "scored", 1e-2, s, x, u) for s, x in zip((0, 1), std_final)]
+    return out + [pt("dslm-preln-deep", "scored", 1e-2, s, 4.6, u) for s in (0, 1)]
+
+
+@pytest.mark.parametrize("dslm_final, std_final, steps, verdict", [
+    ([4.5, 4.5], [5.0, 5.0], 300, "reproduced"),
+    ([4.5, 4.5], [4.8, 5.0], 300, "partly"),                    # one standard run trains
+    ([4.95, 4.5], [5.0, 5.0], 300, "not reproduced"),           # a DSLM run does not train
+    ([4.5, 4.5], [5.0, 5.0], 200, "inconclusive"),              # shorter than the rule's 300 steps
+])
+def test_dslm_depth(dslm_final, std_final, steps, verdict):
+    s = run(dslm_depth, {**DSLM, "steps": steps}, dslm_points(dslm_final, std_final))
+    assert s["verdict"] == verdict
+    r = s["results"]
+    assert r["dslm-preln"]["largest_stable_lr"] == 3e-2 and r["standard-preln"]["largest_stable_lr"] is None
+
+
+# --- deep-thin: deeper-thinner beats shallow-wide in every setting
+
+SETTINGS = ("encoder-preln", "vit")
+
+
+def dt_points(gaps, edge=False):
+    out = []
+    for name, gap in zip(SETTINGS, gaps):
+        grid = list(deep_thin.SETTINGS[name].lrs)
+        loss = [3.2, 3.0, 2.9] if edge else [3.2, 3.0, 3.1]
+        out += tuned(f"{name}/deep-thin", grid, loss, grid[1], [3.0, 3.02], 3.9, (0, 1))
+        out += tuned(f"{name}/shallow-wide", grid, [3.2, 3.0, 3.1], grid[1], [3.0 + gap, 3.02 + gap], 3.9, (0, 1))
+    return out
+
+
+@pytest.mark.parametrize("gaps, edge, verdict", [
+    ((0.2, 0.2), False, "reproduced"),
+    ((0.2, 0.0), False, "partly"),
+    ((-0.1, 0.01), False, "not reproduced"),                    # Δ = 0.01 is inside the combined s.e.
+    ((0.2, 0.2), True, "inconclusive"),
+])
+def test_deep_thin(gaps, edge, verdict):
+    s = run(deep_thin, {"settings": SETTINGS}, dt_points(gaps, edge))
+    assert s["verdict"] == verdict
+    assert s["results"]["vit"]["gap"] == pytest.approx(gaps[1])
+    assert s["results"]["encoder-preln"]["unigram_val_loss"]["mean"] == 3.9
+
+
+def test_deep_thin_pairs_match_parameters():
+    """Deep-thin has ≤ and within 10 % of shallow-wide's total parameters, and equal block weights."""
+    for setting in deep_thin.SETTINGS.values():
+        deep, wide = (deep_thin.model_table(setting, deep_thin.SHAPES[k]) for k in ("deep-thin", "shallow-wide"))
+        ratio = deep_thin.param_count(deep) / deep_thin.param_count(wide)
+        assert 0.9 <= ratio <= 1.0, (setting, ratio)
+        ne = deep_thin.non_embedding_count(deep) / deep_thin.non_embedding_count(wide)
+        assert abs(ne - 1) < 0.01, (setting, ne)
+
+
+# --- depth-transfer: η* carries across depth (depth-μP, CompleteP) and width (μP), moves under standard rules
+
+TGRID = [5e-4 * 2 ** k for k in range(7)]               # 5e-4 … 3.2e-2
+TSIZES = {"depths": (2, 8), "widths": (32, 64), "lrs": tuple(TGRID), "width": 16}
+
+
+def dt_transfer_points(best):
+    """Loss (log2 lr − log2 η*)² + 4 per (panel, size); ``best``: panel key → (η* smallest, η* largest)."""
+    out = []
+    for panel in (*depth_transfer.DEPTH, *depth_transfer.WIDTH):
+        sizes = TSIZES["depths"] if panel in depth_transfer.DEPTH else TSIZES["widths"]
+        for size, eta in zip(sizes, best.get(panel, (TGRID[3], TGRID[3]))):
+            out += [pt(f"{panel}/{size}", "scored", lr, 0, (math.log2(lr) - math.log2(eta)) ** 2 + 4, 5.2,
+                       logged={"max_attn_logit": 1.0, "min_attn_entropy": 1.0, "grad_norm_median": 1.0,
+                               "grad_norm_max": 2.0}) for lr in TGRID]
+    return out
+
+
+@pytest.mark.parametrize("best, verdict", [
+    ({"preln": (TGRID[3], TGRID[1])}, "reproduced"),                            # Pre-LN moves ×4
+    ({"preln": (TGRID[3], TGRID[1]), "width-mup": (TGRID[3], TGRID[5])}, "partly"),
+    ({k: (TGRID[1], TGRID[3]) for k in ("completep", "depth-mup", "width-mup")}, "not reproduced"),
+    ({k: (TGRID[3], TGRID[6]) for k in ("completep", "depth-mup", "width-mup")}, "inconclusive"),   # at the top
+])
+def test_depth_transfer(best, verdict):
+    s = run(depth_transfer, TSIZES, dt_transfer_points(best))
+    assert s["verdict"] == verdict
+    panels = s["results"]["panels"]
+    assert panels["completep"]["status"] == {"reproduced": "transfers", "partly": "transfers",
+                                             "not reproduced": "moves", "inconclusive": "undetermined"}[verdict]
+    assert panels["preln"]["transfer_regret"] >= 0
+    assert panels["preln"]["explain"]["8"]["largest_lr"][0]["lr"] == TGRID[-1]
+
+
+def test_depth_transfer_brackets_every_size_of_a_panel():
+    ext = depth_transfer.CLAIM.extend
+    inside = [pt("a/1", "scored", lr, 0, x) for lr, x in zip(TGRID[:3], [5.0, 4.0, 4.5])]
+    top = [pt("a/2", "scored", lr, 0, x) for lr, x in zip(TGRID[:3], [5.0, 4.5, 4.0])]
+    bottom = [pt("a/3", "scored", lr, 0, x) for lr, x in zip(TGRID[:3], [4.0, 4.5, math.nan])]
+    assert ext(TGRID[:3], inside) is None
+    assert ext(TGRID[:3], inside + top + bottom)[0] == [2.5e-4, 4e-3]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_committed_summaries_rederive_equal_through_the_harness():
+    """bench/rederive_claims.py: each committed summary (docs/results/NAME.json), its per-point records run
+    through `summarize` and the claim's rule, gives back every number and verdict under the mapped keys."""
+    spec = importlib.util.spec_from_file_location("rederive_claims", ROOT / "bench" / "rederive_claims.py")
+    rederive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rederive)
+    for path in sorted((ROOT / "docs" / "results").glob("*.json")):
+        old = json.loads(path.read_text())
+        n, diffs = (rederive.compare_transfer(old) if path.stem == "depth-transfer" else
+                    rederive.compare(path.stem, old))[:2]
+        assert n > 0 and diffs == [], (path.stem, diffs[:5])
+    old = json.loads((ROOT / "docs" / "results" / "deep-thin.json").read_text())
+    old["settings"]["vit"]["models"]["deep-thin"]["final_loss"][0] += 1.0      # a changed number is caught
+    assert rederive.compare("deep-thin", old)[1]
