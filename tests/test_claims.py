@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sigprop.experiments import deep_thin, depth_transfer, dslm_depth, entropy_collapse, shaped_vs_preln
+from sigprop.experiments import deep_thin, depth_transfer, dslm_depth, entropy_collapse, growth, shaped_vs_preln
 from sigprop.experiments.claim import summarize
 
 TUNING = 100
@@ -212,6 +212,63 @@ def test_depth_transfer_brackets_every_size_of_a_panel():
     bottom = [pt("a/3", "scored", lr, 0, x) for lr, x in zip(TGRID[:3], [4.0, 4.5, math.nan])]
     assert ext(TGRID[:3], inside) is None
     assert ext(TGRID[:3], inside + top + bottom)[0] == [2.5e-4, 4e-3]
+
+
+# --- growth: the grown model reaches scratch's final loss with ≥ 10 % less compute on every seed
+
+GGRID = list(growth.FULL["lrs"])
+
+
+def growth_points(crossings, scratch_final=(4.6, 4.6, 4.6), edge=False):
+    """Scratch ends at ``scratch_final``; the grown run's curve falls linearly in compute from 7.0 to 4.0 and
+    crosses 4.6 at the compute fraction ``crossings[i]`` of scratch's (None: it ends at 4.7, above it)."""
+    s = growth.FULL
+    scratch_attrs, grown_attrs = (m.attrs for m in growth.models(s))
+    total = growth.compute_at(scratch_attrs, scratch_attrs["steps"])
+    steps = grown_attrs["steps"]
+    curves = []
+    for f in crossings:
+        end = growth.compute_at(grown_attrs, steps)
+        c = [growth.compute_at(grown_attrs, t) for t in range(0, steps + 1, 10)]
+        # the line through (0, 7.0) and (f·total, 4.6), floored at 4.7 when the run never reaches 4.6
+        slope = (7.0 - 4.6) / (f * total) if f else 2.3 / end
+        curves.append([[t, max(7.0 - slope * x, 4.0 if f else 4.7)] for t, x in zip(range(0, steps + 1, 10), c)])
+    pts = [pt("scratch", "tuning", g, TUNING, x, 5.2) for g, x in zip(GGRID, [4.9, 4.6, 4.8] if not edge
+                                                                         else [4.9, 4.8, 4.6])]
+    pts += [pt("grown", "tuning", g, TUNING, x, 5.2) for g, x in zip(GGRID, [4.9, 4.6, 4.8])]
+    pts += [pt("scratch", "scored", GGRID[1], seed, x, 5.2, {"val_curve": [[0, 7.0], [600, x]]})
+            for seed, x in enumerate(scratch_final)]
+    pts += [pt("grown", "scored", GGRID[1], seed, c[-1][1], 5.2, {"val_curve": c}) for seed, c in enumerate(curves)]
+    return pts
+
+
+@pytest.mark.parametrize("crossings, scratch_final, edge, verdict", [
+    ([0.7, 0.8, 0.85], (4.6,) * 3, False, "reproduced"),
+    ([0.7, 0.95, 0.85], (4.6,) * 3, False, "partly"),        # every seed within the compute, one saves < 10 %
+    ([0.7, None, 0.85], (4.6,) * 3, False, "not reproduced"),
+    ([0.7, 0.8, 0.85], (4.6,) * 3, True, "inconclusive"),    # scratch's optimum at its grid's top
+    ([0.7, 0.8, 0.85], (5.15, 4.6, 4.6), False, "inconclusive"),    # scratch does not train on seed 0
+])
+def test_growth(crossings, scratch_final, edge, verdict):
+    s = run(growth, {}, growth_points(crossings, scratch_final, edge))
+    assert s["verdict"] == verdict
+    if scratch_final[0] == 4.6:
+        got = s["results"]["fractions"]
+        assert [f is None for f in got] == [c is None for c in crossings]
+        assert [f for f in got if f is not None] == pytest.approx([c for c in crossings if c is not None], rel=1e-9)
+
+
+def test_growth_counts_compute_at_the_depth_of_each_step():
+    """Equal FLOPs: the grown schedule spends scratch's compute; the crossing is linear in compute."""
+    s = growth.FULL
+    scratch, grown = (m.attrs for m in growth.models(s))
+    total = growth.compute_at(scratch, scratch["steps"])
+    assert growth.compute_at(grown, grown["steps"]) == pytest.approx(total, rel=grown["flops_after"] / total)
+    assert grown["flops_before"] < grown["flops_after"] == scratch["flops_after"]
+    a = {"grow_at": 10, "flops_before": 1.0, "flops_after": 4.0}
+    assert growth.compute_at(a, 5) == 5 and growth.compute_at(a, 12) == 18
+    assert growth.compute_to_reach(a, [[0, 7.0], [10, 5.0], [12, 4.0]], 4.5) == pytest.approx(14.0)
+    assert growth.compute_to_reach(a, [[0, 7.0], [10, 5.0]], 4.5) is None
 
 
 ROOT = Path(__file__).resolve().parents[1]

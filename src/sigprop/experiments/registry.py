@@ -23,6 +23,7 @@ EXPERIMENTS = {
     "dslm-depth": "dslm_depth:CLAIM",
     "deep-thin": "deep_thin:CLAIM",
     "depth-transfer": "depth_transfer:CLAIM",
+    "growth": "growth:CLAIM",
 }
 
 

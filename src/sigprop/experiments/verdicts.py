@@ -270,3 +270,38 @@ def depth_transfer(depth: Mapping[str, str], width: Mapping[str, str]) -> tuple[
     reason = ("depth: " + ", ".join(f"{k} {x}" for k, x in depth.items()) +
               "; width: " + ", ".join(f"{k} {x}" for k, x in width.items()) + ".")
     return name, reason
+
+
+GROWTH_SAVING = 0.10     # fraction of the from-scratch compute growth must save on every seed
+
+
+def growth(scratch: Model, grown: Model, fractions: Sequence[float | None], min_seeds: int = 3
+           ) -> tuple[str, str]:
+    """Growing depth during training vs the deep model from scratch at equal training FLOPs (Staged Training,
+    Shen et al. 2022: up to 22 % of the compute saved).
+
+    Both are tuned models, each at its own lr. ``fractions``: per scored seed (paired by seed), the compute at
+    which the grown run first reaches scratch's final validation loss, over scratch's compute (None: never).
+    *Reproduced* if every fraction is ≤ 1 − GROWTH_SAVING (≥ 10 % of the compute saved on every seed);
+    *partly* if every fraction is ≤ 1 (the grown model reaches scratch's loss within the same compute, saving
+    less); else *not reproduced*. *Inconclusive* under the shared tuning rule (≥ 3 scored seeds), if the
+    two models' scored seeds differ, or if scratch does not train on a scored seed (its final loss is not
+    ``TRAIN_MARGIN`` below its unigram level: there is no loss worth reaching)."""
+    problems = [*tuning_problems("scratch", scratch, min_seeds), *tuning_problems("grown", grown, min_seeds)]
+    if sorted(scratch["seeds"]) != sorted(grown["seeds"]) or len(fractions) != len(scratch["seeds"]):
+        problems.append(f"scored seeds differ: scratch {list(scratch['seeds'])}, grown {list(grown['seeds'])}")
+    idle = [s for s, loss, u in zip(scratch["seeds"], scratch["final_loss"], scratch["unigram"]) if not trains(loss, u)]
+    if idle:
+        problems.append(f"scratch does not train on seed(s) {idle}")
+    if problems:
+        return _inconclusive(problems)
+    shown = ", ".join("never" if f is None else f"{f:.3f}" for f in fractions)
+    reached = [f for f in fractions if f is not None]
+    if len(reached) == len(fractions) and max(reached) <= 1 - GROWTH_SAVING:
+        return "reproduced", (f"the grown model reaches scratch's final loss with {shown} of its compute (every seed "
+                              f"saves ≥ {GROWTH_SAVING:.0%})")
+    if len(reached) == len(fractions) and max(reached) <= 1:
+        return "partly", (f"the grown model reaches scratch's final loss within the same compute ({shown} of it), "
+                          f"saving less than {GROWTH_SAVING:.0%} on some seed")
+    return "not reproduced", (f"the grown model does not reach scratch's final loss within the same compute on every "
+                              f"seed (fractions {shown})")
