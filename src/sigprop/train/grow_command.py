@@ -10,7 +10,6 @@ one validation batch, as ``sigprop eval`` does it), printed, and kept in the che
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -18,14 +17,14 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
+from ..console import EXIT_OK, USER_ERRORS, Parser, UserError, fail
 from ..models.grow import MODES, Slot, grow, plan
 from .checkpoint import read_states, save_checkpoint
-from .commands import EXIT_OK, USER_ERRORS, _fail
 from .config import RunConfig, dump_toml
 from .data import prepare_data
 from .optim import make_optimizer
@@ -35,13 +34,6 @@ from .run_dir import check_run_dir, claim
 from .trainer import Trainer
 
 PROG = "sigprop grow"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are user errors (ValueError): one line and exit 2, as the command's others."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)
 
 
 def renamer(slots: list[Slot]) -> dict[int, int]:
@@ -63,8 +55,8 @@ def grown_optimizer_state(old: nn.Module, old_state: dict[str, Any], grown: nn.M
     optimizer = make_optimizer(grown, new_cfg.optim, new_cfg.model)
     new_names = _param_names(grown, optimizer)
     if old_state["state"] and max(old_state["state"]) >= len(names):
-        raise ValueError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
-                         f"parameters, the run's model has {len(names)}")
+        raise UserError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
+                        f"parameters, the run's model has {len(names)}")
     index, where = renamer(slots), {n: i for i, n in enumerate(new_names)}
     state = {where[moved_name(names[i], "stack.blocks.", index)]: st for i, st in old_state["state"].items()}
     template = next(iter(old_state["state"].values()), None)
@@ -87,14 +79,14 @@ def grow_run(run: str | Path, out: str | Path, n_layers: int, mode: str, every: 
              at: str | None = None, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Grow ``run``'s newest checkpoint to ``n_layers`` blocks into the new run folder ``out`` (module
     docstring); returns the summary (old and new depth, step, checkpoint, validation loss before and after).
-    Raises ValueError/CheckpointError/OSError for bad input, naming it."""
+    Raises UserError (CheckpointError among them) or OSError for bad input, naming it."""
     run_dir, out_dir = Path(run), Path(out)
     if not (run_dir / "config.toml").is_file():
-        raise ValueError(f"--run {run}: not a sigprop run folder (no config.toml)")
+        raise UserError(f"--run {run}: not a sigprop run folder (no config.toml)")
     cfg, model, path = load_run(run_dir)
     if n_layers <= cfg.model.n_layers:
-        raise ValueError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
-                         f"got {n_layers}")
+        raise UserError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
+                        f"got {n_layers}")
     train = dataclasses.replace(cfg.train, out_dir=str(out_dir), resume=False, resume_from="", fresh_if_none=False)
     check_run_dir(train)
     slots = plan(cfg.model.n_layers, n_layers, every, at)
@@ -130,13 +122,13 @@ def _int(flag: str, text: str | None) -> int | None:
         return None
     try:
         return int(text)
-    except ValueError:
-        raise ValueError(f"{flag} must be an integer, got {text!r}") from None
+    except ValueError:                 # int() of a non-integer
+        raise UserError(f"{flag} must be an integer, got {text!r}") from None
 
 
 def grow_main(argv: Sequence[str]) -> int:
     """``sigprop grow --run RUN --to N [--every J | --at top] --mode identity|copy|dslm --out NEWRUN``."""
-    p = _Parser(prog=PROG, description="Make a trained run deeper: a new run folder that "
+    p = Parser(prog=PROG, description="Make a trained run deeper: a new run folder that "
                 "`sigprop train --config NEWRUN/config.toml --resume` continues (docs/grow.md).")
     p.add_argument("--run", required=True, help="run folder (train.out_dir of a training); its newest checkpoint grows")
     p.add_argument("--to", required=True, metavar="N", help="blocks after growth (more than the run has)")
@@ -151,7 +143,7 @@ def grow_main(argv: Sequence[str]) -> int:
         summary = grow_run(args.run, args.out, _int("--to", args.to), args.mode, _int("--every", args.every),
                            args.at, list(argv))
     except USER_ERRORS as e:
-        return _fail(PROG, e)
+        return fail(PROG, e)
     print(json.dumps(summary))
     print(f"{PROG}: {summary['n_layers_before']} -> {summary['n_layers']} blocks ({summary['mode']}) at step "
           f"{summary['step']}; validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f} "
