@@ -151,11 +151,16 @@ def _default_range(hint: Any, int_range: Range | None, float_range: Range | None
 
 
 def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys, missing required keys and wrong types."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
     unknown = [k for k in raw if k not in names]
     if unknown:
         raise FieldError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
                          f"{' in ' + prefix[:-1] if prefix else ''}: {sorted(names)}")
+    missing = [f.name for f in fields if f.name not in raw and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise FieldError(f"missing config key '{prefix}{missing[0]}' (it has no default)")
     return cls(**{k: check_value(v, hints[k], prefix + k) for k, v in raw.items()})

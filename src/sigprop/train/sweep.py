@@ -162,7 +162,7 @@ def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
         raw["train"] = {**train, "progress": False, "out_dir": str(spec.out_dir / "points" / point_id(spec, point))}
         try:
             cfg = from_mapping(RunConfig, raw)
-        except (UserError, TypeError) as e:         # TypeError: a required table (model) is missing
+        except UserError as e:
             raise UserError(f"sweep point {point}: {e}") from e
         out.append((point, cfg))
     return out
