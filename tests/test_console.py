@@ -55,7 +55,7 @@ def test_parser_errors_are_usage_errors_and_help_still_exits_0(capsys):
     sub.add_parser("go").add_argument("--k", type=int)
     with pytest.raises(UsageError, match="the following arguments are required: --n"):
         p.parse_args([])
-    with pytest.raises(UsageError, match="argument --k: invalid int value: 'x'"):
+    with pytest.raises(UsageError, match=r"argument --k: invalid int value: 'x' \(see sigprop t go --help\)"):
         p.parse_args(["--n", "1", "go", "--k", "x"])
     with pytest.raises(SystemExit) as e:
         p.parse_args(["--help"])

@@ -12,9 +12,10 @@ class UsageError(UserError):
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors raise `UsageError` (argparse's message) instead of printing
-    the usage block and exiting, so a command reports them as it reports every other user error. Subparsers
-    made with ``add_subparsers`` are of this class too (argparse's default); ``--help`` prints and exits 0."""
+    """``argparse.ArgumentParser`` whose errors raise `UsageError` (argparse's message and where the help is)
+    instead of printing the usage block and exiting, so a command reports them as it reports every other user
+    error. Subparsers made with ``add_subparsers`` are of this class too (argparse's default); ``--help``
+    prints and exits 0."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(f"{message} (see {self.prog} --help)")
