@@ -15,8 +15,8 @@ import argparse
 import numpy as np
 import torch
 
+from sigprop.console import progress
 from sigprop.diagnostics import measure
-from sigprop.experiments.outputs import progress
 from sigprop.models import ModelConfig, build_model, predict
 
 

@@ -132,3 +132,56 @@ def test_train_refuses_unwritable_and_bad_optimizer_values(tmp_path, capsys):
         assert main(argv) == 2
         _one_line_error(capsys, needle)
     assert not (tmp_path / "run").exists()
+
+
+BUG = """
+import sys
+import {module} as target
+def bug(*args, **kwargs):
+    raise {error}("a bug inside sigprop")
+target.{name} = bug
+from sigprop.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize("module, name, argv", [
+    ("sigprop.cli", "depth_profile", ["check", "--depth", "2", "--width", "8", "--seq", "4", "--schemes", "preln"]),
+    ("sigprop.simulate.commands", "path_statistics", ["simulate", "sde", "--paths", "2", "--steps", "2",
+                                                       "--no-progress", "--out", "{tmp}"]),
+    ("sigprop.diagnostics.commands", "load", ["predict", "--config", "{tmp}/m.toml"]),
+    ("sigprop.train.commands", "load_config", ["train", "--set", "model.d_model=8"]),
+    ("sigprop.train.sweep", "load_spec", ["sweep", "--config", "{tmp}/s.toml"]),
+])
+@pytest.mark.parametrize("error", ["ValueError", "RuntimeError"])
+def test_a_bug_shows_its_traceback_and_does_not_exit_2(tmp_path, module, name, argv, error):
+    """Only declared user errors are one line and exit 2: a plain ValueError raised inside sigprop is a bug."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code = BUG.format(module=module, name=name, error=error, argv=argv)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" in done.stderr and f"{error}: a bug inside sigprop" in done.stderr
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["frobnicate"], ["invalid choice: 'frobnicate'"]),
+    (["train", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["sweep"], ["the following arguments are required: --config"]),
+    (["sweep", "--config", "/nonexistent/sweep.toml"], ["/nonexistent/sweep.toml"]),
+    (["grow", "--run", "/nonexistent", "--to", "x", "--mode", "copy", "--out", "/nonexistent/o"], ["--to must be"]),
+    (["eval"], ["the following arguments are required: --run"]),
+    (["reproduce", "nope"], ["invalid choice: 'nope'"]),
+    (["simulate", "sde", "--paths", "0"], ["argument --paths"]),
+])
+def test_usage_errors_exit_2_with_one_line(argv, needles, capsys):
+    assert main(argv) == 2
+    _one_line_error(capsys, *needles)
+
+
+def test_a_missing_extra_is_a_user_error(monkeypatch, capsys):
+    from sigprop import cli
+    from sigprop.extras import require
+
+    monkeypatch.setattr(cli, "depth_profile", lambda cfg: require("sigprop_no_such_extra", "check", "pip install x"))
+    assert main(["check", "--depth", "2", "--width", "8", "--seq", "4", "--schemes", "preln"]) == 2
+    _one_line_error(capsys, "check needs the 'sigprop_no_such_extra' package", "pip install x")

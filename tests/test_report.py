@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sigprop.experiments.report import Figure, Section, Table, is_numeric, write_html
+from sigprop.experiments.report import Figure, Section, write_html
+from sigprop.table import Table, is_numeric
 
 # Markdown a browser would show literally: a table row or separator, an ATX heading, an image or emphasis
 RAW_MARKDOWN = (re.compile(r"^\s*\|.*\|\s*$"), re.compile(r"^\s*\|?\s*:?-{3,}"), re.compile(r"^\s*#{1,6}\s"),

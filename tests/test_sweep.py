@@ -228,3 +228,15 @@ def test_shipped_sweep_configs_resolve(path):
     spec = load_spec(path)
     points = resolve(spec)
     assert len(points) > 1 and spec.size in spec.grid
+
+
+def test_a_point_folder_of_other_files_is_not_cleared(tmp_path):
+    """A point starts from scratch by clearing its folder, by the run-folder rule: never a folder of other files."""
+    spec = load_spec(write(tmp_path, GRID))
+    point, cfg = resolve(spec)[0]
+    folder = Path(cfg.train.out_dir)
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds files that sigprop did not write"):
+        sweep_mod.run_point(sweep_mod.point_id(spec, point), point, cfg.to_dict())
+    assert (folder / "notes.txt").read_text() == "mine"

@@ -74,3 +74,11 @@ def test_overrides_parse_toml_literals():
 def test_shipped_training_configs_validate(path):
     cfg = load_config(path)
     assert cfg.train.out_dir.startswith("runs/")
+
+
+def test_a_missing_required_table_is_a_field_error():
+    from sigprop.fields import FieldError, from_mapping
+    from sigprop.train.config import RunConfig
+
+    with pytest.raises(FieldError, match=r"missing config key 'model' \(it has no default\)"):
+        from_mapping(RunConfig, {"optim": {"lr": 1e-3}})

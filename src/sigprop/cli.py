@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
+from .console import EXIT_OK, USER_ERRORS, Parser, add_progress_flag, fail
 from .models import ModelConfig, build_model
 from .schemes import SCHEMES
+from .table import Table
 
 
 def depth_profile(cfg: ModelConfig, batch: int = 8, seed: int = 0) -> list[tuple[int, float, float]]:
@@ -26,22 +28,19 @@ def depth_profile(cfg: ModelConfig, batch: int = 8, seed: int = 0) -> list[tuple
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Print the forward and gradient variance through depth at init for each scheme."""
-    rows = []
+    rows, layers = [], []
     for scheme in args.schemes:
         cfg = ModelConfig(scheme=scheme, d_model=args.width, n_heads=4, n_layers=args.depth,
                           max_seq_len=args.seq, vocab_size=256)
         prof = depth_profile(cfg)
         g0 = prof[0][2]
         picks = sorted({0, len(prof) // 4, len(prof) // 2, len(prof) - 1})
-        rows.append((scheme, [prof[i][1] for i in picks], [prof[i][2] / g0 for i in picks],
-                     [prof[i][0] for i in picks]))
-    layers = rows[0][3]
-    print(f"decoder, width {args.width}, depth {args.depth}, seq {args.seq}: measured at init (float64)")
-    print(f"{'scheme':10s} " + " ".join(f"var@{l:<5d}" for l in layers) + "  " +
-          " ".join(f"grad@{l}/grad@1".ljust(14) for l in layers))
-    for scheme, var, grad, _ in rows:
-        print(f"{scheme:10s} " + " ".join(f"{v:9.3g}" for v in var) + "  " + " ".join(f"{g:14.3g}" for g in grad))
-    return 0
+        layers = [prof[i][0] for i in picks]
+        rows.append([scheme, *(f"{prof[i][1]:.3g}" for i in picks), *(f"{prof[i][2] / g0:.3g}" for i in picks)])
+    header = ["scheme", *(f"var@{l}" for l in layers), *(f"grad@{l}/grad@{layers[0]}" for l in layers)]
+    print(Table(header, rows, caption=f"decoder, width {args.width}, depth {args.depth}, seq {args.seq}: "
+                                      "measured at init (float64)").text())
+    return EXIT_OK
 
 
 # subcommands that own their argument parsing: name -> (module, function(argv) -> exit code, help)
@@ -64,7 +63,7 @@ from .experiments.registry import EXPERIMENTS  # noqa: E402  (a light module: na
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sigprop", description=__doc__)
+    parser = Parser(prog="sigprop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, _, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
@@ -78,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo", help="output folder (report.html, demo.json, one folder per part)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run (seconds)")
     p.add_argument("--seed", type=int, default=0)
+    add_progress_flag(p)
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("reproduce", help="run a paper claim's experiment (JSON + PNG + Markdown)")
     p.add_argument("name", choices=list(EXPERIMENTS) + ["all"])
@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one of the experiment's sizes or seeds (repeatable), e.g. --set steps=100")
     p.add_argument("--docs", default=None, help="also write DOCS/RESULTS.md from every claim with results in --out "
                    "(+ figures in DOCS/img, summaries in DOCS/results/NAME.json)")
+    add_progress_flag(p)
     p.set_defaults(func=cmd_reproduce)
     return parser
 
@@ -96,8 +97,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .experiments import demo
 
     Path(args.out).mkdir(parents=True, exist_ok=True)     # an unwritable --out fails now, not after the work
-    demo.run(args.out, quick=args.quick, seed=args.seed)
-    return 0
+    demo.run(args.out, quick=args.quick, seed=args.seed, show_progress=args.progress)
+    return EXIT_OK
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -111,22 +112,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         out = Path(args.out) / name
-        reproduce(name, out, args.quick, args.set)
+        reproduce(name, out, args.quick, args.set, show_progress=args.progress)
         print(f"{name}: wrote {out}")
     if collect(args.out, list(EXPERIMENTS), args.docs):
         print(f"results: {Path(args.out) / 'RESULTS.md'}")
-    return 0
-
-
-EXIT_INVALID = 2
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. A user error (a bad value, a missing or unreadable file, an unwritable output, a
-    missing optional package) exits 2 with one line on stderr; a traceback means a bug in sigprop."""
-    from .extras import MissingExtraError
-    from .train.checkpoint import CheckpointError
-
+    """Run one subcommand. A user error (`sigprop.console.UserError`: a bad value, a bad command line, a missing
+    optional package; or an OSError: a missing or unreadable file, an unwritable output) exits 2 with one line
+    on stderr; any other exception is a bug in sigprop and propagates with its traceback (exit 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     name = argv[0] if argv else ""
     try:
@@ -135,9 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             return getattr(importlib.import_module(module), function)(argv[1:])
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (ValueError, OSError, CheckpointError, MissingExtraError) as e:
-        print(f"sigprop {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return EXIT_INVALID
+    except USER_ERRORS as e:
+        return fail(f"sigprop {name}".rstrip(), e)
 
 
 if __name__ == "__main__":

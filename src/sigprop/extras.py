@@ -1,15 +1,18 @@
 """Optional dependencies: `require` imports one inside the function that needs it, or raises
 `MissingExtraError` saying what to install. A missing extra is a user error (the CLI exits 2 with one
-line), not a bug. This module imports nothing from sigprop, so every layer may use it.
+line), not a bug. This module imports only the bottom layer (`sigprop.console`), so every layer may use it.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
+from .console.errors import UserError
 
-class MissingExtraError(ImportError):
-    """An optional package that the requested feature needs is not installed (or does not import)."""
+
+class MissingExtraError(UserError, ImportError):
+    """An optional package that the requested feature needs is not installed (or does not import); a
+    `UserError` and an ``ImportError``."""
 
 
 def require(module: str, needed_by: str, install: str) -> ModuleType:

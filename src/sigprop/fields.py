@@ -3,8 +3,9 @@
 A config's ``__post_init__`` calls `check_fields(self, prefix, ranges)`: every field is checked
 against its type hint (``int`` widens to ``float``; ``bool`` is never an ``int``; a float must be
 finite), then against its `Range` from the table, so a field added later is covered by its
-annotation alone. Every failure is a ``ValueError`` naming the field, the value and what is allowed.
-This module imports nothing from sigprop, so every layer may use it.
+annotation alone. Every failure is a `FieldError` (a `UserError`, so a ``ValueError``) naming the field,
+the value and what is allowed. This module imports only the bottom layer (`sigprop.console`), so every
+layer may use it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
+
+from .console.errors import UserError
+
+
+class FieldError(UserError):
+    """A config field (or key) holds a value that is not allowed; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ def _type_name(hint: Any) -> str:
 
 
 def check_value(value: Any, hint: Any, name: str) -> Any:
-    """Return ``value`` as type ``hint`` or raise ValueError naming ``name``.
+    """Return ``value`` as type ``hint`` or raise FieldError naming ``name``.
 
     ``int`` (any integral number but ``bool``) widens to ``float``; floats must be finite; a nested
     dataclass is built from a mapping with `from_mapping`; ``Literal``, unions, ``list``/``tuple`` as usual.
@@ -80,25 +87,25 @@ def check_value(value: Any, hint: Any, name: str) -> Any:
         if dataclasses.is_dataclass(value) and isinstance(value, hint):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"{name} must be a table of keys, got {value!r}")
+            raise FieldError(f"{name} must be a table of keys, got {value!r}")
         return from_mapping(hint, value, f"{name}.")
     if origin is Literal:
         if value not in args:
-            raise ValueError(f"{name}={value!r} is invalid; allowed values: {list(args)}")
+            raise FieldError(f"{name}={value!r} is invalid; allowed values: {list(args)}")
         return value
     if origin in (typing.Union, types.UnionType):
         errors = []
         for arg in args:
             try:
                 return check_value(value, arg, name)
-            except ValueError as e:
+            except FieldError as e:
                 errors.append(e)
         finite = [e for e in errors if "finite" in str(e)]
-        raise finite[0] if finite else ValueError(
+        raise finite[0] if finite else FieldError(
             f"{name}={value!r} has the wrong type; expected {' or '.join(_type_name(a) for a in args)}")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name}={value!r} has the wrong type; expected a list")
+            raise FieldError(f"{name}={value!r} has the wrong type; expected a list")
         item = args[0] if args else Any
         return origin(check_value(v, item, f"{name}[{i}]") for i, v in enumerate(value))
     if hint is Any:
@@ -111,13 +118,13 @@ def check_value(value: Any, hint: Any, name: str) -> Any:
         return int(value)
     if hint is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
         if not math.isfinite(value):
-            raise ValueError(invalid(name, value, "a finite number"))
+            raise FieldError(invalid(name, value, "a finite number"))
         return float(value)
     if hint is str and isinstance(value, str):
         return value
     if hint not in (bool, int, float, str, type(None)) and isinstance(hint, type) and isinstance(value, hint):
         return value
-    raise ValueError(f"{name}={value!r} has the wrong type; expected {_type_name(hint)}")
+    raise FieldError(f"{name}={value!r} has the wrong type; expected {_type_name(hint)}")
 
 
 def check_fields(obj: Any, prefix: str, ranges: Mapping[str, Range] = {},
@@ -135,7 +142,7 @@ def check_fields(obj: Any, prefix: str, ranges: Mapping[str, Range] = {},
         allowed = ranges.get(f.name, _default_range(hints[f.name], int_range, float_range))
         if allowed is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and value not in allowed:
-            raise ValueError(invalid(name, value, allowed))
+            raise FieldError(invalid(name, value, allowed))
 
 
 def _default_range(hint: Any, int_range: Range | None, float_range: Range | None) -> Range | None:
@@ -144,11 +151,16 @@ def _default_range(hint: Any, int_range: Range | None, float_range: Range | None
 
 
 def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys, missing required keys and wrong types."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
     unknown = [k for k in raw if k not in names]
     if unknown:
-        raise ValueError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
+        raise FieldError(f"unknown config key '{prefix}{unknown[0]}'; valid keys"
                          f"{' in ' + prefix[:-1] if prefix else ''}: {sorted(names)}")
+    missing = [f.name for f in fields if f.name not in raw and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise FieldError(f"missing config key '{prefix}{missing[0]}' (it has no default)")
     return cls(**{k: check_value(v, hints[k], prefix + k) for k, v in raw.items()})

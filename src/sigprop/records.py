@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .extras import require
+from .table import Table
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,5 @@ def to_dataframe(records: Iterable[Record]):
 
 def format_table(records: Iterable[Record], fields: tuple[str, ...] = ("stack", "layer", "sublayer", "fwd_var",
                                                                       "token_corr", "grad_var")) -> str:
-    """A fixed-width text table of ``fields``."""
-    rows = to_rows(records)
-    cell = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-    widths = {f: max([len(f)] + [len(cell(r[f])) for r in rows]) for f in fields}
-    lines = ["  ".join(f.rjust(widths[f]) for f in fields)]
-    lines += ["  ".join(cell(r[f]).rjust(widths[f]) for f in fields) for r in rows]
-    return "\n".join(lines)
+    """A fixed-width text table (`Table.text`) of ``fields``, one row per record; a missing value reads "-"."""
+    return Table(fields, [["-" if r[f] is None else r[f] for f in fields] for r in to_rows(records)]).text()

@@ -4,30 +4,28 @@ The TOML file has a ``[model]`` table of `ModelConfig` fields and an optional ``
 (`DiagnoseConfig`). ``predict`` writes the predicted per-sublayer table (printed too), ``diagnose``
 measures the freshly initialized model on random inputs and writes measured and predicted records
 and one PNG with both overlaid. Every run writes the resolved config and the command line beside its
-outputs. Exit codes: 0 done, 2 bad configuration.
+outputs. Exit codes (`sigprop.console.errors`): 0 done, 2 bad configuration or a model that ``predict`` has no
+theory for (one line on stderr).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ..fields import NONNEGATIVE, POSITIVE_INT, UNIT_CLOSED, Range, check_fields, check_value, invalid
+from ..console import EXIT_OK, USER_ERRORS, Parser, UserError, fail, read_toml
+from ..fields import NONNEGATIVE, POSITIVE_INT, UNIT_CLOSED, FieldError, Range, check_fields, check_value, invalid
 from ..models import ModelConfig, build_model
 from ..records import Record, format_table, to_csv, to_json
 from ..schemes.base import stack_layers, sublayers_per_block
 from .measure import measure
 from .plot import plot_records
-
-EXIT_OK, EXIT_INVALID = 0, 2
 
 
 @dataclass(frozen=True)
@@ -42,26 +40,22 @@ class DiagnoseConfig:
         check_fields(self, "diagnose.", {"seq_len": Range(2), "batch": POSITIVE_INT, "seed": NONNEGATIVE,
                                          "token_collision": UNIT_CLOSED})
         if not self.out.strip():
-            raise ValueError(invalid("diagnose.out", self.out, "a folder path (not empty)"))
+            raise FieldError(invalid("diagnose.out", self.out, "a folder path (not empty)"))
 
 
 def load(path: str | Path) -> tuple[ModelConfig, DiagnoseConfig]:
     """Parse the TOML file; unknown tables or keys are errors naming the valid ones, and so is a
     ``diagnose.batch`` whose measurement cannot fit in this machine's memory (`measure_bytes`)."""
-    with open(path, "rb") as f:
-        try:
-            raw = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path} is not valid TOML: {e}") from e
+    raw = read_toml(path)
     unknown = sorted(set(raw) - {"model", "diagnose"})
     if unknown:
-        raise ValueError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")
+        raise UserError(f"unknown table(s) {unknown} in {path}; valid: ['diagnose', 'model']")
     if not isinstance(raw.get("model"), dict):
-        raise ValueError(f"{path} has no [model] table (the ModelConfig fields of the model)")
+        raise UserError(f"{path} has no [model] table (the ModelConfig fields of the model)")
     model = ModelConfig.from_dict(raw["model"])
     diag = check_value(raw.get("diagnose", {}), DiagnoseConfig, "diagnose")
     if diag.seq_len is not None and diag.seq_len > model.max_seq_len and model.arch != "vit":
-        raise ValueError(f"diagnose.seq_len ({diag.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
+        raise UserError(f"diagnose.seq_len ({diag.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
     _check_memory(model, diag)
     return model, diag
 
@@ -98,7 +92,7 @@ def _size(n: float) -> str:
 def _check_memory(cfg: ModelConfig, diag: DiagnoseConfig) -> None:
     need, have = measure_bytes(cfg, diag), physical_memory()
     if have is not None and need > have:
-        raise ValueError(invalid("diagnose.batch", diag.batch,
+        raise FieldError(invalid("diagnose.batch", diag.batch,
                                  f"small enough to fit in memory: measuring it needs at least {_size(need)} "
                                  f"(float64 outputs of every sublayer and their gradients, the model output and the "
                                  f"inputs) and this machine has {_size(have)}"))
@@ -127,7 +121,7 @@ def _write(out: Path, name: str, records: list[Record]) -> None:
 
 
 def _start(prog: str, argv: Sequence[str]) -> tuple[ModelConfig, DiagnoseConfig, Path]:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p = Parser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="TOML file: [model] (ModelConfig fields), optional [diagnose]")
     p.add_argument("--out", help="output folder (overrides diagnose.out)")
     args = p.parse_args(list(argv))
@@ -145,9 +139,8 @@ def predict_main(argv: Sequence[str]) -> int:
     try:
         cfg, diag, out = _start("sigprop predict", argv)
         records = _predicted(cfg, diag)
-    except (ValueError, NotImplementedError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"sigprop predict: error: {e}", file=sys.stderr)
-        return EXIT_INVALID
+    except (*USER_ERRORS, NotImplementedError) as e:    # NotImplementedError: a component without its theory
+        return fail("sigprop predict", e)
     print(format_table(records))
     _write(out, "predicted", records)
     plot_records({"predicted": records}, out / "predicted.png",
@@ -160,9 +153,8 @@ def diagnose_main(argv: Sequence[str]) -> int:
     """``sigprop diagnose --config FILE [--out DIR]``: measured and predicted records, one overlay PNG."""
     try:
         cfg, diag, out = _start("sigprop diagnose", argv)
-    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"sigprop diagnose: error: {e}", file=sys.stderr)
-        return EXIT_INVALID
+    except USER_ERRORS as e:
+        return fail("sigprop diagnose", e)
     torch.manual_seed(diag.seed)
     measured = measure(build_model(cfg).double(), random_batch(cfg, diag), seed=diag.seed)
     _write(out, "measured", measured)

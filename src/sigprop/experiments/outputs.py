@@ -1,21 +1,20 @@
 """What every experiment writes: ``NAME.json`` ({"summary", "data"}), ``NAME.png`` and ``NAME.md``
-(a Markdown section), the wall time it reports, and the progress bar that wraps long loops."""
+(a Markdown section) and the wall time it reports; `progress` (`sigprop.console`) wraps long loops."""
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..console.progress import progress  # noqa: F401 - the runners' progress bar
 from ..train.sweep import finished_records
 from .report import Table
-
-T = TypeVar("T")
 
 
 def write_outputs(out_dir: str | Path, name: str, data: dict[str, Any], summary: dict[str, Any], md: str,
@@ -54,16 +53,6 @@ class WallClock:
         if self.previous is None or finished_points(self.out) != self.before:
             return round(time.perf_counter() - self.start, 1)
         return self.previous
-
-
-def progress(items: Iterable[T], desc: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
-    """``items`` behind a tqdm bar (plain iteration when tqdm is missing or ``enabled`` is false)."""
-    if enabled:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            enabled = False
-    yield from (tqdm(items, desc=desc, total=total, dynamic_ncols=True) if enabled else items)
 
 
 def section(heading: str, table: Table, notes: str = "") -> str:

@@ -11,7 +11,6 @@ checkpoints and `train_run` raises KeyboardInterrupt, so a truncated run is neve
 """
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,6 +24,7 @@ from ..train.config import RunConfig, from_mapping, load_config
 from ..train.data import prepare_data
 from ..train.objectives import IGNORE
 from ..train.run import train
+from ..train.run_dir import clear
 from ..train.run_summary import read_run
 from ..train.sampler import generator
 from ..train.trainer import EVAL_STREAM, NonFiniteLossError
@@ -51,11 +51,8 @@ def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
 
 
 def _fresh(run_dir: Path) -> None:
-    """Clear a previous run of this experiment in ``run_dir``; refuse to touch a folder that is not one."""
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not (run_dir / "config.toml").exists():
-            raise ValueError(f"{run_dir} exists and is not a sigprop run folder; choose another output folder")
-        shutil.rmtree(run_dir)
+    """Clear a previous run of this experiment in ``run_dir`` (`sigprop.train.run_dir.clear`'s rule)."""
+    clear(run_dir)
 
 
 def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, Any] | None = None,

@@ -6,7 +6,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..fields import POSITIVE, POSITIVE_INT, SQUARABLE, SQUARABLE_POSITIVE, UNIT_CLOSED, Range, check_fields, invalid
+from ..fields import (
+    POSITIVE,
+    POSITIVE_INT,
+    SQUARABLE,
+    SQUARABLE_POSITIVE,
+    UNIT_CLOSED,
+    FieldError,
+    Range,
+    check_fields,
+    invalid,
+)
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
 from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
@@ -72,7 +82,7 @@ USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
 
 def _choice(field: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise ValueError(invalid(f"ModelConfig.{field}", value, f"one of {allowed}"))
+        raise FieldError(invalid(f"ModelConfig.{field}", value, f"one of {allowed}"))
 
 
 @dataclass(frozen=True)
@@ -128,10 +138,10 @@ class ModelConfig:
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.d_model % self.n_heads:
-            raise ValueError(f"ModelConfig.d_model ({self.d_model}) must be divisible by "
+            raise FieldError(f"ModelConfig.d_model ({self.d_model}) must be divisible by "
                              f"ModelConfig.n_heads ({self.n_heads})")
         if self.arch == "vit" and self.image_size % self.patch_size:
-            raise ValueError(f"ModelConfig.image_size ({self.image_size}) must be divisible by "
+            raise FieldError(f"ModelConfig.image_size ({self.image_size}) must be divisible by "
                              f"ModelConfig.patch_size ({self.patch_size})")
         self._check_residual()
         self._check_transfer()
@@ -150,26 +160,26 @@ class ModelConfig:
             value = getattr(self, name)
             if value == defaults[name] or used(self) or (name == "n_dec_layers" and value == self.n_layers):
                 continue
-            raise ValueError(f"ModelConfig.{name}={value!r} has no effect here (arch={self.arch!r}, "
+            raise FieldError(f"ModelConfig.{name}={value!r} has no effect here (arch={self.arch!r}, "
                              f"scheme={self.scheme!r}, norm={self.norm!r}): it is used only by {used_by}; "
                              f"leave it at its default {defaults[name]!r}")
 
     def _check_residual(self) -> None:
         if self.learn_residual and not get_scheme(self.scheme).learnable_residual:
-            raise ValueError(invalid("ModelConfig.learn_residual", True,
+            raise FieldError(invalid("ModelConfig.learn_residual", True,
                                      f"False for scheme {self.scheme!r}, whose residual weights are fixed by its rule; "
                                      f"the schemes that train theirs: {LEARNABLE_RESIDUAL}"))
         lam, gam = self.residual_lambda, self.residual_gamma
         if lam is not None and gam is None:
-            raise ValueError("ModelConfig.residual_lambda needs residual_gamma (λ alone is ambiguous)")
+            raise FieldError("ModelConfig.residual_lambda needs residual_gamma (λ alone is ambiguous)")
         if lam is not None and not self.learn_residual and not math.isclose(lam ** 2 + gam ** 2, 1.0, abs_tol=1e-6):
-            raise ValueError(f"ModelConfig.residual_lambda² + residual_gamma² must equal 1 when fixed "
+            raise FieldError(f"ModelConfig.residual_lambda² + residual_gamma² must equal 1 when fixed "
                              f"(learn_residual=False), got {lam ** 2 + gam ** 2:.6g}")
 
     def _check_transfer(self) -> None:
         mup.check(self)
         if self.qk_norm and get_scheme(self.scheme).attention != "softmax":
-            raise ValueError(f"ModelConfig.qk_norm=True needs softmax attention; scheme {self.scheme!r} uses "
+            raise FieldError(f"ModelConfig.qk_norm=True needs softmax attention; scheme {self.scheme!r} uses "
                              f"{get_scheme(self.scheme).attention!r} attention, whose temperature sets the logit scale")
 
     @property
@@ -191,5 +201,5 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid fields: {sorted(known)}")
+            raise FieldError(f"unknown ModelConfig field(s) {unknown}; valid fields: {sorted(known)}")
         return cls(**d)

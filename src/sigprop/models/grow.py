@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..console.errors import UserError
 from ..nn import Block
 from ..nn.roles import set_init_std, tag_site
 from ..schemes import Site
@@ -77,17 +78,17 @@ def plan(n_old: int, n_new: int, every: int | None = None, at: str | None = None
     """The grown stack of ``n_new`` blocks from ``n_old``, bottom to top, by the placement rule in the module
     docstring (``at="top"`` when ``every`` is None). Raises ValueError naming a bad argument."""
     if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new <= n_old:
-        raise ValueError(f"grow: n_layers must be an integer greater than the current depth {n_old}, got {n_new!r}")
+        raise UserError(f"grow: n_layers must be an integer greater than the current depth {n_old}, got {n_new!r}")
     if every is not None and at is not None:
-        raise ValueError(f"grow: give every or at, not both (got every={every!r}, at={at!r})")
+        raise UserError(f"grow: give every or at, not both (got every={every!r}, at={at!r})")
     if at is not None and at not in PLACES:
-        raise ValueError(f"grow: at must be one of {PLACES} or None, got {at!r}")
+        raise UserError(f"grow: at must be one of {PLACES} or None, got {at!r}")
     extra = n_new - n_old
     if every is None:
         m = min(extra, n_old)
         return [Slot(i, False) for i in range(n_old)] + [Slot(n_old - m + k % m, True) for k in range(extra)]
     if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= n_old:
-        raise ValueError(f"grow: every must be an integer in [1, {n_old}] (the current depth), got {every!r}")
+        raise UserError(f"grow: every must be an integer in [1, {n_old}] (the current depth), got {every!r}")
     points = n_old // every
     slots = []
     for i in range(n_old):
@@ -108,18 +109,18 @@ def grow(model: nn.Module, n_layers: int, mode: str = "identity", every: int | N
     Raises ValueError for a bad argument or a mode the model cannot honour (the error says why).
     """
     if mode not in MODES:
-        raise ValueError(f"grow: mode must be one of {MODES}, got {mode!r}")
+        raise UserError(f"grow: mode must be one of {MODES}, got {mode!r}")
     if isinstance(model, EncoderDecoder):
-        raise ValueError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
-                         "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
+        raise UserError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
+                        "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
     if isinstance(model, (DecoderLM, EncoderMLM, ViT)):
         return _grow_sigprop(model, n_layers, mode, every, at)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in HF_FAMILIES:
         return _grow_hf(model, model_type, n_layers, mode, every, at)
-    raise ValueError(f"grow: supports sigprop DecoderLM, EncoderMLM and ViT models and transformers models with "
-                     f"config.model_type in {tuple(HF_FAMILIES)}; got {type(model).__name__}"
-                     + (f" with model_type {model_type!r}" if model_type is not None else ""))
+    raise UserError(f"grow: supports sigprop DecoderLM, EncoderMLM and ViT models and transformers models with "
+                    f"config.model_type in {tuple(HF_FAMILIES)}; got {type(model).__name__}"
+                    + (f" with model_type {model_type!r}" if model_type is not None else ""))
 
 
 def tagged_copy(module: nn.Module) -> nn.Module:
@@ -152,12 +153,12 @@ def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: st
     slots = plan(len(old), n, every, at)
     placement = model.stack.placement
     if mode == "identity" and placement == "post":
-        raise ValueError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; this model "
-                         f"(scheme {cfg.scheme!r}, norm {cfg.norm!r}) normalizes after it, N(x + 0) ≠ x, so a "
-                         "zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme 'dslm')")
+        raise UserError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; this model "
+                        f"(scheme {cfg.scheme!r}, norm {cfg.norm!r}) normalizes after it, N(x + 0) ≠ x, so a "
+                        "zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme 'dslm')")
     if mode == "dslm" and cfg.scheme != "dslm":
-        raise ValueError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
-                         f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
+        raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
+                        f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
     new_cfg = dataclasses.replace(cfg, n_layers=n)
     grown = tagged_copy(model)
     sample = next(grown.parameters())
@@ -188,15 +189,15 @@ def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: st
 def _grow_hf(model: nn.Module, model_type: str, n: int, mode: str, every: int | None,
              at: str | None) -> nn.Module:
     if getattr(model, "sigprop_config", None) is not None:
-        raise ValueError("grow: this transformers model went through sigprop.hf.apply, whose hooks and residual "
-                         "modules belong to its current blocks; grow the model first, then apply the scheme")
+        raise UserError("grow: this transformers model went through sigprop.hf.apply, whose hooks and residual "
+                        "modules belong to its current blocks; grow the model first, then apply the scheme")
     config = model.config
     if getattr(config, "scale_attn_by_inverse_layer_idx", False):
-        raise ValueError("grow: config.scale_attn_by_inverse_layer_idx=True scales each GPT-2 block's attention by "
-                         "1/(its index + 1), so renumbering the blocks would change the existing ones")
+        raise UserError("grow: config.scale_attn_by_inverse_layer_idx=True scales each GPT-2 block's attention by "
+                        "1/(its index + 1), so renumbering the blocks would change the existing ones")
     if mode == "dslm":
-        raise ValueError("grow: mode 'dslm' needs a sigprop model of scheme 'dslm'; a transformers model has no "
-                         "sigprop scheme: use mode 'identity' or 'copy'")
+        raise UserError("grow: mode 'dslm' needs a sigprop model of scheme 'dslm'; a transformers model has no "
+                        "sigprop scheme: use mode 'identity' or 'copy'")
     attr, projections = HF_FAMILIES[model_type]
     grown = copy.deepcopy(model)
     base = grown.base_model

@@ -2,6 +2,7 @@
 
 Adding a scheme: write ``schemes/<name>.py`` with a `Scheme` subclass and list it below.
 """
+from ..fields import FieldError
 from .admin import Admin
 from .base import OptimRule, ParamInfo, Scheme, Site, initialize
 from .deepnorm import DeepNorm
@@ -20,7 +21,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), 
 def get_scheme(name: str) -> Scheme:
     """The registered scheme called ``name``."""
     if name not in SCHEMES:
-        raise ValueError(f"ModelConfig.scheme must be one of {tuple(SCHEMES)}, got {name!r}")
+        raise FieldError(f"ModelConfig.scheme must be one of {tuple(SCHEMES)}, got {name!r}")
     return SCHEMES[name]
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ..fields import FieldError
 from ..nn.roles import role_of, set_init_std, site_of
 from . import mup
 
@@ -88,7 +89,7 @@ class Scheme:
     def check(self, cfg: Any) -> None:
         """Raise ValueError for config fields this scheme cannot honour."""
         if cfg.residual_lambda is not None or cfg.residual_gamma is not None:
-            raise ValueError(f"ModelConfig.residual_lambda/residual_gamma are used only by schemes "
+            raise FieldError(f"ModelConfig.residual_lambda/residual_gamma are used only by schemes "
                              f"'shaped' and 'dslm'; scheme {self.name!r} fixes its own residual weights")
 
     def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:

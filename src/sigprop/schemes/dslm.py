@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..fields import FieldError
 from ..theory import dslm as theory_dslm
 from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel, tabulated
 from ..theory.moments.embedding import zipf_collision_probability, zipf_ids
@@ -124,9 +125,9 @@ class DSLM(Scheme):
 
     def check(self, cfg: Any) -> None:
         if cfg.dslm_k <= 0:
-            raise ValueError(f"ModelConfig.dslm_k must be > 0, got {cfg.dslm_k}")
+            raise FieldError(f"ModelConfig.dslm_k must be > 0, got {cfg.dslm_k}")
         if cfg.dslm_r0 is not None and not 0 <= cfg.dslm_r0 <= 1:
-            raise ValueError(f"ModelConfig.dslm_r0 must be in [0, 1], got {cfg.dslm_r0}")
+            raise FieldError(f"ModelConfig.dslm_r0 must be in [0, 1], got {cfg.dslm_r0}")
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:
         n_branches = stack_layers(cfg, site.stack) * sublayers_per_block(cfg, site.stack)

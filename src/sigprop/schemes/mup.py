@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..fields import FieldError
+
 PARAMETRIZATIONS = ("standard", "mup")
 HIDDEN = ("q", "k", "v", "o", "ffn_in", "ffn_out")
 INPUT = ("embed", "pos", "cls", "patch")
@@ -73,8 +75,8 @@ def base_width_shape(cfg: Any, role: str, shape: tuple[int, ...]) -> tuple[int, 
 def check(cfg: Any) -> None:
     """Raise ValueError for μP settings that make no sense."""
     if cfg.parametrization not in PARAMETRIZATIONS:
-        raise ValueError(f"ModelConfig.parametrization must be one of {PARAMETRIZATIONS}, "
+        raise FieldError(f"ModelConfig.parametrization must be one of {PARAMETRIZATIONS}, "
                          f"got {cfg.parametrization!r}")
     if cfg.parametrization == "mup" and cfg.base_width % cfg.n_heads:
-        raise ValueError(f"ModelConfig.base_width ({cfg.base_width}) must be divisible by ModelConfig.n_heads "
+        raise FieldError(f"ModelConfig.base_width ({cfg.base_width}) must be divisible by ModelConfig.n_heads "
                          f"({cfg.n_heads}) under parametrization 'mup' (μP fixes the head count, d_head ∝ width)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..fields import FieldError
 from .base import ParamInfo, Scheme, Site
 
 DEFAULT_GAMMA = 0.2
@@ -33,7 +34,7 @@ class Shaped(Scheme):
 
     def check(self, cfg: Any) -> None:
         if cfg.activation not in ("relu", "shaped_relu"):
-            raise ValueError(f"ModelConfig.activation must be one of ('relu', 'shaped_relu') for scheme "
+            raise FieldError(f"ModelConfig.activation must be one of ('relu', 'shaped_relu') for scheme "
                              f"'shaped' (it shapes the ReLU), got {cfg.activation!r}")
 
     def activation(self, cfg: Any) -> str:

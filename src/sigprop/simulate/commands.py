@@ -10,35 +10,28 @@ resolved options, the command line and per-time quantiles of the correlation ρ�
 variance V¹¹ of the first two tokens — the tokens are exchangeable, so any pair has the same law) and
 NAME.png (the median with 25–75 % and 5–95 % bands, both quantities against t). Paths or networks run in
 ``--chunk``-sized batches behind a progress bar; chunk i is seeded from (seed, i), so a run is
-reproducible from its seed and chunk. Exit codes: 0 done, 2 bad option (one line on stderr naming it).
+reproducible from its seed and chunk. Exit codes (`sigprop.console.errors`): 0 done, 2 bad option (one line
+on stderr naming it). The command imports only the theory, the simulators and `sigprop.console`;
+matplotlib is imported when the PNG is written.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
+from ..console import EXIT_OK, Parser, UserError, add_progress_flag, fail, progress
 from ..theory import sde
 from . import ensemble
 from .blocks import BLOCKS, SHAPED_BLOCKS
 
-EXIT_OK, EXIT_INVALID = 0, 2
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 DEFAULT_GAMMA = 0.3
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr and exit code 2 (no usage block)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(EXIT_INVALID)
 
 
 def _integer(low: int) -> Callable[[str], int]:
@@ -132,13 +125,11 @@ def _chunks(total: int, size: int) -> list[int]:
 
 def run_sde(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Simulate the SDE in chunks of paths; return (statistics and stopping summary, plot title)."""
-    from ..experiments.outputs import progress
-
     V0 = initial_covariance(args.tokens, args.rho0, args.scale)
     runs = [sde.simulate(args.kind, V0, t=args.t, steps=args.steps, paths=n, seed=chunk_seed(args.seed, i),
                          gamma=args.gamma, tau0=args.tau0, blowup=args.blowup)
             for i, n in progress(list(enumerate(_chunks(args.paths, args.chunk))), f"sde {args.kind}",
-                                 enabled=args.show_progress)]
+                                 enabled=args.progress)]
     V = torch.cat([r.V for r in runs])
     stopped, exploded = torch.cat([r.stopped for r in runs]), torch.cat([r.exploded for r in runs])
     stats = path_statistics(V, runs[0].times.tolist())
@@ -148,14 +139,12 @@ def run_sde(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def run_ensemble(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Simulate finite networks in chunks; return (statistics on t = layer/width, plot title)."""
-    from ..experiments.outputs import progress
-
     V0 = initial_covariance(args.tokens, args.rho0, args.scale)
     kw = {"gamma": args.gamma, "tau0": args.tau0} if args.block in SHAPED_BLOCKS else {}
     V = torch.cat([ensemble.simulate(args.block, V0, args.width, args.depth, n, seed=chunk_seed(args.seed, i),
                                      method=args.method, **kw)
                    for i, n in progress(list(enumerate(_chunks(args.samples, args.chunk))), f"ensemble {args.block}",
-                                        enabled=args.show_progress)])
+                                        enabled=args.progress)])
     stats = path_statistics(V, [layer / args.width for layer in range(args.depth + 1)])
     shaped = f", γ = {args.gamma:g}, τ0 = {args.tau0:g}" if args.block in SHAPED_BLOCKS else ""
     return stats, f"{args.block} networks, width {args.width}, depth {args.depth}{shaped}, {args.samples} networks"
@@ -170,12 +159,12 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--seed", type=_integer(0), default=0)
     p.add_argument("--chunk", type=_integer(1), default=256, help="paths or networks per batch (default 256)")
     p.add_argument("--out", default=out, help=f"output folder (default {out})")
-    p.add_argument("--no-progress", dest="show_progress", action="store_false", help="no progress bar")
+    add_progress_flag(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sigprop simulate", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="what", metavar="{sde,ensemble}", required=True, parser_class=_Parser)
+    parser = Parser(prog="sigprop simulate", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", metavar="{sde,ensemble}", required=True)
     p = sub.add_parser("sde", help="Euler–Maruyama paths of a neural covariance SDE")
     p.add_argument("--kind", choices=sde.KINDS, default="transformer")
     p.add_argument("--gamma", type=_real(0.0, 1.0), default=DEFAULT_GAMMA,
@@ -227,12 +216,14 @@ def simulate_main(argv: Sequence[str]) -> int:
     try:
         args = parser.parse_args(list(argv))
         _check(args)
-    except SystemExit as e:
+    except SystemExit as e:            # --help
         return int(e.code or 0)
+    except UserError as e:
+        return fail("sigprop simulate", e)
     stats, title = (run_sde if args.what == "sde" else run_ensemble)(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    options = {k: v for k, v in vars(args).items() if k not in ("what", "show_progress", "command_parser")}
+    options = {k: v for k, v in vars(args).items() if k not in ("what", "progress", "command_parser")}
     (out / f"{args.what}.json").write_text(json.dumps(
         {"command": "sigprop simulate " + " ".join(argv), "options": options, **stats}, indent=1))
     plot_paths(stats, title, out / f"{args.what}.png")

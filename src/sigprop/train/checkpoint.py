@@ -28,14 +28,15 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
+from ..console.errors import UserError
 from ..models import ModelConfig
 
 FORMAT, VERSION = "sigprop-checkpoint", 1
 _NAME = re.compile(r"^step_(\d{8})\.json$")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupt, or belongs to another model/program."""
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint is missing, corrupt, or belongs to another model/program (a user error: exit 2)."""
 
 
 def _fsync_replace(tmp: Path, final: Path) -> None:

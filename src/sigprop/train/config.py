@@ -1,4 +1,4 @@
-"""Typed, validated run configuration: TOML file + dotted ``--set a.b=c`` overrides.
+"""Typed, validated run configuration: TOML file + dotted ``--set a.b=c`` overrides (`sigprop.console.overrides`).
 
 A run is ``RunConfig(model, data, optim, train)``; every section is a dataclass whose
 fields carry a comment. `load_config` reads TOML, applies overrides to the raw tables and
@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ..fields import NONNEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_fields, from_mapping, invalid
+from ..console.overrides import apply_sets, read_toml
+from ..fields import (
+    NONNEGATIVE,
+    POSITIVE,
+    UNIT_CLOSED,
+    UNIT_OPEN,
+    FieldError,
+    Range,
+    check_fields,
+    from_mapping,
+    invalid,
+)
 from ..models import ModelConfig
 from ..models.grow import MODES
 from .distributed import check_device_name
@@ -135,10 +145,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         images = self.model.arch == "vit"
         if images != (self.data.source == "digits"):
-            raise ValueError(f"data.source={self.data.source!r} does not fit model.arch="
+            raise FieldError(f"data.source={self.data.source!r} does not fit model.arch="
                              f"{self.model.arch!r}: 'digits' is the (only) source for arch 'vit'")
         if not images and self.data.seq_len > self.model.max_seq_len:
-            raise ValueError(f"data.seq_len={self.data.seq_len} exceeds model.max_seq_len="
+            raise FieldError(f"data.seq_len={self.data.seq_len} exceeds model.max_seq_len="
                              f"{self.model.max_seq_len}")
         if self.train.grow_at:
             self._check_growth()
@@ -165,44 +175,14 @@ def _as_dict(section: Any) -> dict[str, Any]:
 
 def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise ValueError(invalid(name, value, allowed))
-
-
-def parse_value(text: str) -> Any:
-    """A TOML literal (``1e-3``, ``true``, ``[1, 2]``, ``"x"``) or else the bare string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of the nested ``raw`` tables with each ``a.b=c`` override set."""
-    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or len(parts) != 2 or not all(parts):
-            raise ValueError(f"override {item!r} must look like section.key=value, e.g. train.lr=1e-3")
-        section = out.setdefault(parts[0], {})
-        if not isinstance(section, dict):
-            raise ValueError(f"override {item!r}: {parts[0]!r} is not a table")
-        section[parts[1]] = parse_value(text.strip())
-    return out
+        raise FieldError(invalid(name, value, allowed))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
     """Read a TOML run config (or start empty), apply overrides, validate everything."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        with open(path, "rb") as f:
-            try:
-                raw = tomllib.load(f)
-            except tomllib.TOMLDecodeError as e:
-                raise ValueError(f"{path} is not valid TOML: {e}") from e
-    raw = apply_overrides(raw, list(overrides))
+    raw = apply_sets({} if path is None else read_toml(path), list(overrides))
     if "model" not in raw:
-        raise ValueError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")
+        raise FieldError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")
     return from_mapping(RunConfig, raw)
 
 

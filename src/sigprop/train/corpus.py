@@ -13,6 +13,7 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..console.errors import UserError
 from ..extras import require
 
 SOURCES_HELP = "'pydoc', 'stdlib', 'hf:DIR' (datasets.save_to_disk), a text file or a folder"
@@ -35,11 +36,11 @@ def _hf(path: str, text_column: str) -> list[str]:
     ds = datasets.load_from_disk(path)
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
-            raise ValueError(f"hf:{path} has splits {list(ds)}; expected a 'train' split")
+            raise UserError(f"hf:{path} has splits {list(ds)}; expected a 'train' split")
         ds = ds["train"]
     if text_column not in ds.column_names:
-        raise ValueError(f"hf:{path} has no column data.text_column={text_column!r}; "
-                         f"columns: {ds.column_names}")
+        raise UserError(f"hf:{path} has no column data.text_column={text_column!r}; "
+                        f"columns: {ds.column_names}")
     return list(ds[text_column])
 
 
@@ -64,8 +65,8 @@ def load_documents(source: str, pattern: str = "**/*.txt", text_column: str = "t
     elif Path(source).exists():
         docs = _path(Path(source), pattern)
     else:
-        raise ValueError(f"data.source={source!r} is neither a built-in corpus nor an existing path; "
-                         f"allowed: {SOURCES_HELP}")
+        raise UserError(f"data.source={source!r} is neither a built-in corpus nor an existing path; "
+                        f"allowed: {SOURCES_HELP}")
     kept: list[str] = []
     total = 0
     for d in (d for d in docs if d.strip()):
@@ -74,9 +75,9 @@ def load_documents(source: str, pattern: str = "**/*.txt", text_column: str = "t
         kept.append(d[: max_chars - total] if max_chars else d)
         total += len(kept[-1])
     if len(kept) < 2:
-        raise ValueError(f"data.source={source!r} is {'too small' if kept else 'empty'}: {len(kept)} "
-                         f"non-empty document(s), {total} characters; a run needs at least 2 documents "
-                         "(train and validation are split by document)")
+        raise UserError(f"data.source={source!r} is {'too small' if kept else 'empty'}: {len(kept)} "
+                        f"non-empty document(s), {total} characters; a run needs at least 2 documents "
+                        "(train and validation are split by document)")
     return kept
 
 
@@ -92,7 +93,7 @@ def split_documents(docs: list[str], val_fraction: float, seed: int
         return int.from_bytes(h, "big") / 2.0 ** 64
 
     if len(docs) < 2:
-        raise ValueError(f"need at least 2 documents for a train/validation split, got {len(docs)}")
+        raise UserError(f"need at least 2 documents for a train/validation split, got {len(docs)}")
     scores = [u(d) for d in docs]
     val_idx = {i for i, s in enumerate(scores) if s < val_fraction}
     if not val_idx:

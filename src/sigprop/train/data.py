@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from ..console.errors import UserError
 from .config import RunConfig
 from .corpus import load_documents, split_documents
 from .images import load_digits_split
@@ -41,8 +42,8 @@ def get_tokenizer(cfg: RunConfig, train_docs: list[str], run_dir: Path) -> BPETo
     else:
         tok = BPETokenizer.train(train_docs, cfg.model.vocab_size)
     if tok.vocab_size > cfg.model.vocab_size:
-        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but model.vocab_size="
-                         f"{cfg.model.vocab_size}; raise model.vocab_size")
+        raise UserError(f"the tokenizer has {tok.vocab_size} tokens but model.vocab_size="
+                        f"{cfg.model.vocab_size}; raise model.vocab_size")
     return tok
 
 
@@ -50,7 +51,7 @@ def _check_size(cfg: RunConfig, split: str, n_tokens: int, n_examples: int, need
                 extra: int) -> None:
     if n_examples < need:
         t = need * cfg.data.seq_len + extra
-        raise ValueError(
+        raise UserError(
             f"corpus data.source={cfg.data.source!r} is too small: its {split} split has {n_tokens} "
             f"tokens, need at least {t} ({need} example(s) of data.seq_len={cfg.data.seq_len}); "
             f"add text or lower train.batch_size / data.seq_len")

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..fields import invalid
+from ..fields import FieldError, invalid
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def machine_devices() -> list[str]:
 def check_device_name(name: str, field: str = "train.device") -> None:
     """Raise ValueError naming ``field`` unless ``name`` is "auto", "cpu", "cuda" or "cuda:N"."""
     if not DEVICE_NAME.fullmatch(name):
-        raise ValueError(invalid(field, name,
+        raise FieldError(invalid(field, name,
                                  f"'auto', 'cpu', 'cuda' or 'cuda:N'; this machine has {machine_devices()}"))
 
 
@@ -59,7 +59,7 @@ def resolve_device(name: str, local_rank: int = 0, field: str = "train.device") 
     device = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
     if device.type == "cuda" and device.index >= torch.cuda.device_count():
         rank = f" (cuda here means cuda:{local_rank}, this process's local rank)" if name == "cuda" else ""
-        raise ValueError(invalid(field, name, f"a device this machine has, one of {machine_devices()}{rank}"))
+        raise FieldError(invalid(field, name, f"a device this machine has, one of {machine_devices()}{rank}"))
     return device
 
 

@@ -12,20 +12,19 @@ it), printed, and kept in the checkpoint's ``grown_from``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 from torch import nn
 
+from ..console import EXIT_OK, USER_ERRORS, Parser, UserError, fail
 from ..models.grow import MODES, grow, plan
 from .checkpoint import read_states, save_checkpoint
-from .commands import EXIT_OK, USER_ERRORS, _fail
 from .config import RunConfig, dump_toml
 from .data import prepare_data
 from .growth import grown_optimizer_state
@@ -36,11 +35,6 @@ from .trainer import Trainer
 PROG = "sigprop grow"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are user errors (ValueError): one line and exit 2, as the command's others."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)
 
 
 def validation_loss(cfg: RunConfig, model: nn.Module, data: Any, run_dir: Path) -> float:
@@ -53,14 +47,14 @@ def grow_run(run: str | Path, out: str | Path, n_layers: int, mode: str, every: 
              at: str | None = None, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Grow ``run``'s newest checkpoint to ``n_layers`` blocks into the new run folder ``out`` (module
     docstring); returns the summary (old and new depth, step, checkpoint, validation loss before and after).
-    Raises ValueError/CheckpointError/OSError for bad input, naming it."""
+    Raises UserError (CheckpointError among them) or OSError for bad input, naming it."""
     run_dir, out_dir = Path(run), Path(out)
     if not (run_dir / "config.toml").is_file():
-        raise ValueError(f"--run {run}: not a sigprop run folder (no config.toml)")
+        raise UserError(f"--run {run}: not a sigprop run folder (no config.toml)")
     cfg, model, path = load_run(run_dir)
     if n_layers <= cfg.model.n_layers:
-        raise ValueError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
-                         f"got {n_layers}")
+        raise UserError(f"--to must be greater than the run's depth model.n_layers={cfg.model.n_layers}, "
+                        f"got {n_layers}")
     train = dataclasses.replace(cfg.train, out_dir=str(out_dir), resume=False, resume_from="", fresh_if_none=False,
                                 stop_at=0, grow_at=0, grow_to=0)
     check_run_dir(train)
@@ -97,13 +91,13 @@ def _int(flag: str, text: str | None) -> int | None:
         return None
     try:
         return int(text)
-    except ValueError:
-        raise ValueError(f"{flag} must be an integer, got {text!r}") from None
+    except ValueError:                 # int() of a non-integer
+        raise UserError(f"{flag} must be an integer, got {text!r}") from None
 
 
 def grow_main(argv: Sequence[str]) -> int:
     """``sigprop grow --run RUN --to N [--every J | --at top] --mode identity|copy|dslm --out NEWRUN``."""
-    p = _Parser(prog=PROG, description="Make a trained run deeper: a new run folder that "
+    p = Parser(prog=PROG, description="Make a trained run deeper: a new run folder that "
                 "`sigprop train --config NEWRUN/config.toml --resume` continues (docs/grow.md).")
     p.add_argument("--run", required=True, help="run folder (train.out_dir of a training); its newest checkpoint grows")
     p.add_argument("--to", required=True, metavar="N", help="blocks after growth (more than the run has)")
@@ -118,7 +112,7 @@ def grow_main(argv: Sequence[str]) -> int:
         summary = grow_run(args.run, args.out, _int("--to", args.to), args.mode, _int("--every", args.every),
                            args.at, list(argv))
     except USER_ERRORS as e:
-        return _fail(PROG, e)
+        return fail(PROG, e)
     print(json.dumps(summary))
     print(f"{PROG}: {summary['n_layers_before']} -> {summary['n_layers']} blocks ({summary['mode']}) at step "
           f"{summary['step']}; validation loss {summary['val_loss_before']:.4f} -> {summary['val_loss_after']:.4f} "

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..console import UserError
+from ..fields import FieldError
 from ..models.grow import Slot, grow, plan
 from .config import RunConfig
 from .optim import make_optimizer
@@ -49,7 +51,7 @@ def grown_optimizer_state(old: nn.Module, old_state: dict[str, Any], grown: nn.M
     optimizer = make_optimizer(grown, new_cfg.optim, new_cfg.model)
     new_names = _param_names(grown, optimizer)
     if old_state["state"] and max(old_state["state"]) >= len(names):
-        raise ValueError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
+        raise UserError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
                          f"parameters, the run's model has {len(names)}")
     index, where = renamer(slots), {n: i for i, n in enumerate(new_names)}
     state = {where[moved_name(names[i], "stack.blocks.", index)]: st for i, st in old_state["state"].items()}
@@ -85,5 +87,5 @@ def check_growth(cfg: RunConfig) -> None:
     try:
         grown(cfg, build_model(cfg.model, device="meta"))
     except ValueError as e:
-        raise ValueError(f"train.grow_mode={cfg.train.grow_mode!r} / train.grow_to={cfg.train.grow_to} / "
+        raise FieldError(f"train.grow_mode={cfg.train.grow_mode!r} / train.grow_to={cfg.train.grow_to} / "
                          f"train.grow_every={cfg.train.grow_every}: {e}") from None

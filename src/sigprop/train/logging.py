@@ -1,4 +1,4 @@
-"""Log sinks as callbacks: JSONL (always), TensorBoard (optional extra), tqdm progress bar."""
+"""Log sinks as callbacks: JSONL (always), TensorBoard (optional extra), the progress bar (`sigprop.console`)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,7 @@ import numbers
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
+from ..console.progress import bar
 from ..extras import require
 from .callbacks import Callback
 
@@ -57,15 +56,14 @@ class TensorBoardLogger(Callback):
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over steps showing the latest loss, lr and validation loss."""
+    """A progress bar (`sigprop.console.progress.bar`) over steps showing the latest loss, lr and validation loss."""
 
     def __init__(self) -> None:
-        self.bar: tqdm | None = None
+        self.bar: Any = None
         self.shown: dict[str, str] = {}
 
     def on_train_start(self, trainer: "Trainer") -> None:
-        self.bar = tqdm(total=trainer.cfg.train.steps, initial=trainer.state.step, desc="train",
-                        dynamic_ncols=True)
+        self.bar = bar(trainer.cfg.train.steps, "train", initial=trainer.state.step)
 
     def on_log(self, trainer: "Trainer", record: dict[str, Any]) -> None:
         if record["kind"] == "train":

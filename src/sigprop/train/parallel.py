@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..fields import FieldError
 from ..models.stack import Stack
 from .checkpoint import load_checkpoint, read_states
 from .config import TrainConfig
@@ -51,7 +52,7 @@ def compile_model(model: nn.Module, mode: str) -> None:
     elif mode == "model":
         model.compile()
     elif mode != "off":
-        raise ValueError(f"train.compile={mode!r} is invalid: must be one of ['off', 'blocks', 'model']")
+        raise FieldError(f"train.compile={mode!r} is invalid: must be one of ['off', 'blocks', 'model']")
 
 
 def _shard(model: nn.Module) -> nn.Module:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..console.errors import UserError
 from ..models import build_model
 from .callbacks import Callback
 from .checkpoint import CheckpointError, checkpoint_step, list_checkpoints, load_checkpoint
@@ -51,7 +52,7 @@ def flushed_denormals(enabled: bool) -> Iterator[None]:
         yield
         return
     if not torch.set_flush_denormal(True):
-        raise ValueError("train.flush_denormal=true needs a CPU that supports it (x86 with SSE3); set it to false")
+        raise UserError("train.flush_denormal=true needs a CPU that supports it (x86 with SSE3); set it to false")
     try:
         yield
     finally:
@@ -88,7 +89,7 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     ``overrides`` (``a.b=c``) adjust the saved config, e.g. ``train.device=cpu``."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").exists():
-        raise ValueError(f"{run_dir} is not a sigprop run folder (no config.toml)")
+        raise UserError(f"{run_dir} is not a sigprop run folder (no config.toml)")
     tokenizer = run_dir / "tokenizer.json"
     pinned = [f"data.tokenizer={json.dumps(str(tokenizer))}"] if tokenizer.exists() else []
     cfg = load_config(run_dir / "config.toml", pinned + list(overrides))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..fields import FieldError
+
 
 def _seed(*parts: int) -> int:
     """A 63-bit seed mixing integer parts (splitmix-style), stable across runs and platforms."""
@@ -53,7 +55,7 @@ def shard_bounds(global_batch: int, world_size: int, rank: int, grad_accum: int
     """Row ranges of this rank's micro-batches inside a global batch."""
     per_micro, rem = divmod(global_batch, world_size * grad_accum)
     if rem or per_micro == 0:
-        raise ValueError(f"train.batch_size={global_batch} must be a positive multiple of "
+        raise FieldError(f"train.batch_size={global_batch} must be a positive multiple of "
                          f"world_size x train.grad_accum = {world_size} x {grad_accum}")
     start = rank * per_micro * grad_accum
     return [(start + k * per_micro, start + (k + 1) * per_micro) for k in range(grad_accum)]

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from ..console.errors import UserError
 from ..nn import ShapedAttention, ShapedReLU
 from .callbacks import Callback
 from .config import OptimConfig
@@ -52,8 +53,8 @@ class RecoverSchedule(Callback):
                      for m in model.modules() if isinstance(m, ShapedAttention)]
         self.relu = [(m, float(m.s_minus)) for m in model.modules() if isinstance(m, ShapedReLU)]
         if not self.attn and not self.relu:
-            raise ValueError("model.shaping='recover' but the model has no ShapedAttention or "
-                             "ShapedReLU to schedule (use scheme='shaped' or activation='shaped_relu')")
+            raise UserError("model.shaping='recover' but the model has no ShapedAttention or "
+                            "ShapedReLU to schedule (use scheme='shaped' or activation='shaped_relu')")
 
     def factor(self, step: int) -> float:
         """Remaining fraction of the initial values at ``step``: 1 → 0 linearly, then 0."""

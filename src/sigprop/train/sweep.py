@@ -26,7 +26,6 @@ running anything, and a failing report leaves ``sweep.jsonl`` as it was.
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import copy
 import hashlib
@@ -35,20 +34,33 @@ import json
 import multiprocessing
 import os
 import shlex
-import shutil
 import sys
 import time
-import tomllib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
+from ..console import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    USER_ERRORS,
+    Parser,
+    UserError,
+    add_progress_flag,
+    fail,
+    read_toml,
+    set_dotted,
+    split_key,
+)
+from ..console import progress as progress_bar
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
+from .run_dir import clear
 from .run_summary import CURVES, read_run
 from .sweep_report import check_size, write_report
 from .tokenizer import BPETokenizer
@@ -75,24 +87,18 @@ class SweepSpec:
         return [dict(zip(keys, combo)) for combo in itertools.product(*(self.grid[k] for k in keys))]
 
 
-def _dotted(key: str) -> tuple[str, str]:
-    if key == "seed":
-        return "train", "seed"
-    section, sep, name = key.partition(".")
-    if not sep or not section or not name or "." in name:
-        raise ValueError(f"sweep key {key!r} must look like section.key (e.g. optim.lr) or be 'seed'")
-    return section, name
+def _dotted(key: str) -> str:
+    """The run-config key of a sweep key (``seed`` is ``train.seed``); UserError if it is not section.key."""
+    key = "train.seed" if key == "seed" else key
+    split_key(key, "sweep key")
+    return key
 
 
 def point_tables(spec: SweepSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     """The raw run tables of one point: base, then ``sweep.set``, then the point's values."""
     raw = copy.deepcopy(spec.base)
     for key, value in {**spec.fixed, **point}.items():
-        section, name = _dotted(key)
-        table = raw.setdefault(section, {})
-        if not isinstance(table, dict):
-            raise ValueError(f"sweep key {key!r}: {section!r} is not a table")
-        table[name] = value
+        set_dotted(raw, _dotted(key), value, "sweep key")
     return raw
 
 
@@ -106,37 +112,35 @@ def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
 
 def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
     """Read a sweep file; check its [sweep] table (keys, grid lists without repeats, a size axis the report can
-    use). Raises ValueError naming the first bad key."""
+    use). Raises UserError naming the first bad key."""
     path = Path(path)
-    with open(path, "rb") as f:
-        raw = tomllib.load(f)
+    raw = read_toml(path)
     sweep = raw.pop("sweep", None)
     if not isinstance(sweep, dict):
-        raise ValueError(f"{path} has no [sweep] table")
+        raise UserError(f"{path} has no [sweep] table")
     unknown = sorted(set(sweep) - set(SWEEP_KEYS))
     if unknown:
-        raise ValueError(f"unknown sweep key 'sweep.{unknown[0]}'; valid keys in sweep: {list(SWEEP_KEYS)}")
+        raise UserError(f"unknown sweep key 'sweep.{unknown[0]}'; valid keys in sweep: {list(SWEEP_KEYS)}")
     base: dict[str, Any] = {}
     if "base" in sweep:
-        with open(path.parent / sweep["base"], "rb") as f:
-            base = tomllib.load(f)
+        base = read_toml(path.parent / sweep["base"])
     for section, table in raw.items():
         base.setdefault(section, {}).update(table)
     grid = sweep.get("grid", {})
     if not grid:
-        raise ValueError("sweep.grid is empty: name at least one key and its list of values")
+        raise UserError("sweep.grid is empty: name at least one key and its list of values")
     for key, values in grid.items():
         _dotted(key)
         if not isinstance(values, list) or not values:
-            raise ValueError(f"sweep.grid.{key!r} must be a non-empty list of values, got {values!r}")
+            raise UserError(f"sweep.grid.{key!r} must be a non-empty list of values, got {values!r}")
         repeated = [v for i, v in enumerate(values) if v in values[:i]]
         if repeated:
-            raise ValueError(f"sweep.grid.{key!r} lists {repeated[0]!r} more than once; each value must differ")
+            raise UserError(f"sweep.grid.{key!r} lists {repeated[0]!r} more than once; each value must differ")
     size = sweep.get("size")
     if size is None:
         size = next((k for k in SIZE_KEYS if len(grid.get(k, [])) > 1), None)
     elif not isinstance(size, str) or size not in grid:
-        raise ValueError(f"sweep.size={size!r} must be one of the grid's keys {list(grid)}")
+        raise UserError(f"sweep.size={size!r} must be one of the grid's keys {list(grid)}")
     if size is not None:
         check_size(size, grid[size])
     fixed = sweep.get("set", {})
@@ -147,7 +151,7 @@ def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
 
 
 def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
-    """(point, validated RunConfig) for every point: raises ValueError naming the first bad key or value."""
+    """(point, validated RunConfig) for every point: raises UserError naming the first bad key or value."""
     out = []
     for point in spec.points():
         raw = point_tables(spec, point)
@@ -156,8 +160,8 @@ def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
         raw["train"] = {**train, "progress": False, "out_dir": str(spec.out_dir / "points" / point_id(spec, point))}
         try:
             cfg = from_mapping(RunConfig, raw)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"sweep point {point}: {e}") from e
+        except UserError as e:
+            raise UserError(f"sweep point {point}: {e}") from e
         out.append((point, cfg))
     return out
 
@@ -200,7 +204,7 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict
 
     cfg = from_mapping(RunConfig, cfg_dict)
     run_dir = Path(cfg.train.out_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    clear(run_dir)
     start, error = time.perf_counter(), None
     try:
         trainer = train(cfg)
@@ -229,14 +233,14 @@ def finished_records(path: Path) -> dict[str, dict[str, Any]]:
 def logged_records(spec: SweepSpec) -> tuple[list[dict[str, Any]], int]:
     """The finished points of ``spec`` in its ``sweep.jsonl`` (grid order) and the number of points in its grid.
 
-    Lines of other configs (another id) are left out. Raises ValueError if no point of ``spec`` is finished."""
+    Lines of other configs (another id) are left out. Raises UserError if no point of ``spec`` is finished."""
     log = spec.out_dir / "sweep.jsonl"
     done = finished_records(log)
     ids = [point_id(spec, p) for p in spec.points()]
     records = [done[i] for i in ids if i in done]
     if not records:
-        raise ValueError(f"{log} holds no finished point of this sweep (a changed config gives its points new ids); "
-                         "run the sweep first")
+        raise UserError(f"{log} holds no finished point of this sweep (a changed config gives its points new ids); "
+                        "run the sweep first")
     return records, len(ids)
 
 
@@ -292,30 +296,25 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     log = spec.out_dir / "sweep.jsonl"
     done = finished_records(log)
     if done and not resume:
-        raise ValueError(f"{log} already holds {len(done)} finished point(s); pass --resume to continue it "
-                         "(--report-only to rebuild its report), or choose another sweep.out_dir")
+        raise UserError(f"{log} already holds {len(done)} finished point(s); pass --resume to continue it "
+                        "(--report-only to rebuild its report), or choose another sweep.out_dir")
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     _drop_torn_tail(log)
     resolved = pin_tokenizers(spec, resolved)
     todo = [(p, c) for p, c in resolved if point_id(spec, p) not in done]
-    bar = tqdm(total=len(resolved), initial=len(resolved) - len(todo), desc="sweep", disable=not progress)
-    try:
-        if jobs <= 1:
-            for p, c in todo:
-                r = run_point(point_id(spec, p), p, c.to_dict())
+    bar = {"desc": "sweep", "total": len(resolved), "initial": len(resolved) - len(todo), "enabled": progress}
+    if jobs <= 1:
+        for p, c in progress_bar(todo, **bar):
+            r = run_point(point_id(spec, p), p, c.to_dict())
+            _append(log, r)
+            done[r["id"]] = r
+    else:
+        with worker_pool(jobs) as pool:
+            futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
+            for fut in progress_bar(cf.as_completed(futures), **bar):
+                r = fut.result()
                 _append(log, r)
                 done[r["id"]] = r
-                bar.update()
-        else:
-            with worker_pool(jobs) as pool:
-                futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
-                for fut in cf.as_completed(futures):
-                    r = fut.result()
-                    _append(log, r)
-                    done[r["id"]] = r
-                    bar.update()
-    finally:
-        bar.close()
     return [done[point_id(spec, p)] for p, _ in resolved]
 
 
@@ -330,15 +329,15 @@ def _write_report(spec: SweepSpec, records: list[dict[str, Any]], rebuild: str) 
         print(f"sigprop sweep: error: the report failed ({type(e).__name__}: {' '.join(str(e).split())}); the "
               f"{len(records)} finished points are kept in {spec.out_dir / 'sweep.jsonl'}; rebuild the report with: "
               f"{rebuild}", file=sys.stderr)
-        return 2 if isinstance(e, OSError) else 1
+        return EXIT_INVALID if isinstance(e, OSError) else EXIT_FAILED
     print(summary["table"])
-    return 0
+    return EXIT_OK
 
 
 def sweep_main(argv: Sequence[str]) -> int:
     """``sigprop sweep --config FILE [--jobs N] [--resume | --report-only] [--out DIR]``: run, then write plots and
     the summary; ``--report-only`` writes them from ``sweep.jsonl`` without running a point."""
-    p = argparse.ArgumentParser(prog="sigprop sweep", description="Train a grid of run configs (see configs/sweep/).")
+    p = Parser(prog="sigprop sweep", description="Train a grid of run configs (see configs/sweep/).")
     p.add_argument("--config", required=True, help="TOML file with a [sweep] table")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (1 = in this process)")
     mode = p.add_mutually_exclusive_group()
@@ -346,24 +345,24 @@ def sweep_main(argv: Sequence[str]) -> int:
     mode.add_argument("--report-only", action="store_true",
                       help="run nothing: rebuild the plots and summary from the points in sweep.jsonl")
     p.add_argument("--out", default=None, help="output folder (overrides sweep.out_dir)")
-    args = p.parse_args(list(argv))
-    rebuild = shlex.join(["sigprop", "sweep", "--config", args.config, *(["--out", args.out] if args.out else []),
-                          "--report-only"])
+    add_progress_flag(p)
     try:
+        args = p.parse_args(list(argv))
+        rebuild = shlex.join(["sigprop", "sweep", "--config", args.config, *(["--out", args.out] if args.out else []),
+                              "--report-only"])
         spec = load_spec(args.config, args.out)
         if args.report_only:
             records, total = logged_records(spec)
         else:
-            records = run_sweep(spec, args.jobs, args.resume)
+            records = run_sweep(spec, args.jobs, args.resume, args.progress)
             total = len(records)
-    except ValueError as e:
-        print(f"sigprop sweep: error: {e}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as e:
+        return fail("sigprop sweep", e)
     except KeyboardInterrupt:
         print("sigprop sweep: interrupted; finished points are in sweep.jsonl, rerun with --resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     code = _write_report(spec, records, rebuild)
-    if code == 0:
+    if code == EXIT_OK:
         unfinished = f" ({total - len(records)} not finished: --resume runs them)" if total > len(records) else ""
         print(f"sigprop sweep: {len(records)} points{unfinished}, results in {spec.out_dir}")
     return code

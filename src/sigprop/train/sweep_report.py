@@ -25,6 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..console.errors import UserError
+from ..table import Table
 from .lr_grid import best_lr
 from .seed_stats import seed_stats
 
@@ -41,16 +43,16 @@ def size_kind(values: Sequence[Any], name: str = "size") -> str:
         return ORDERED
     if all(isinstance(v, str) for v in vals) or all(isinstance(v, bool) for v in vals):
         return CATEGORICAL
-    raise ValueError(f"{name} must hold only finite numbers (an ordered size) or only strings or only booleans "
-                     f"(categories), got {list(values)!r}")
+    raise UserError(f"{name} must hold only finite numbers (an ordered size) or only strings or only booleans "
+                    f"(categories), got {list(values)!r}")
 
 
 def check_size(size: str, values: Sequence[Any]) -> str:
     """The kind of the size axis ``size`` with these values (`size_kind`); ValueError if the report cannot use it:
     the lr (every curve's x) and the seed (averaged over) are not size axes."""
     if size == LR or size in SEEDS:
-        raise ValueError(f"sweep.size={size!r} is invalid: the size axis must be a grid key other than "
-                         f"{LR!r} (the x of every curve) and the seed (averaged over)")
+        raise UserError(f"sweep.size={size!r} is invalid: the size axis must be a grid key other than "
+                        f"{LR!r} (the x of every curve) and the seed (averaged over)")
     return size_kind(values, f"sweep.size={size!r}")
 
 
@@ -120,24 +122,24 @@ def table(summary: dict[str, Any]) -> str:
     """Markdown table: one row per group; an edge η* is marked ⚠ (the optimum may lie outside the grid). Per
     panel, η* by size (in size order, or per category), the η* ratio and the transfer regret; a metric without a
     number reads "not applicable", with the reason from ``summary["not_applicable"]`` below the table."""
-    lines = ["| group | best lr | best loss | LR sensitivity | seeds |", "|---|---|---|---|---|"]
-    for r in summary["groups"]:
-        lr = "diverged" if r["best_lr"] is None else f"{r['best_lr']:.3g}" + (" ⚠ edge" if r["edge"] else "")
-        lines.append(f"| {r['group']} | {lr} | {r['best_loss']:.4f} | {r['sensitivity']:.4f} | {r['n_seeds']} |")
+    lr = lambda r: "diverged" if r["best_lr"] is None else f"{r['best_lr']:.3g}" + (" ⚠ edge" if r["edge"] else "")
+    groups = [[r["group"], lr(r), f"{r['best_loss']:.4f}", f"{r['sensitivity']:.4f}", r["n_seeds"]]
+              for r in summary["groups"]]
+    lines = [Table(["group", "best lr", "best loss", "LR sensitivity", "seeds"], groups).markdown()]
     if summary["size"]:
         categorical = _categorical(summary)
-        lines += ["", f"| panel | η* by {summary['size']} | η*(largest)/η*(smallest) | transfer regret |",
-                  "|---|---|---|---|"]
+        panels = []
         for p in summary["panels"]:
             lrs = ["—" if v is None else f"{v:.3g}" + ("⚠" if e else "") for v, e in zip(p["best_lr"], p["edge"])]
             lrs = ", ".join(f"{s}: {v}" for s, v in zip(p["sizes"], lrs)) if categorical else " → ".join(lrs)
-            lines.append(f"| {p['panel']} | {lrs} | {_number(p['best_lr_ratio'], '.3g')} | "
-                         f"{_number(p['transfer_regret'], '.4f')} |")
+            panels.append([p["panel"], lrs, _number(p["best_lr_ratio"], ".3g"), _number(p["transfer_regret"], ".4f")])
+        lines.append(Table(["panel", f"η* by {summary['size']}", "η*(largest)/η*(smallest)", "transfer regret"],
+                           panels).markdown())
         reasons = summary.get("not_applicable", {})
         if reasons:
             names = {"best_lr_ratio": "η*(largest)/η*(smallest)", "transfer_regret": "transfer regret"}
-            lines += ["", *(f"{names[k]}: {NOT_APPLICABLE} — {why}." for k, why in reasons.items())]
-    return "\n".join(lines)
+            lines.append("\n".join(f"{names[k]}: {NOT_APPLICABLE} — {why}." for k, why in reasons.items()))
+    return "\n".join(lines).rstrip("\n")
 
 
 def log_ticks(ax: Any, values: Sequence[float], axis: str = "x") -> None:

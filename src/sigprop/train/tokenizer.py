@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ..console.errors import UserError
 from ..fields import invalid
 
 SPECIALS = ("<pad>", "<eos>", "<mask>", "<bos>")
@@ -21,7 +22,7 @@ class BPETokenizer:
     def __init__(self, tok: Tokenizer) -> None:
         ids = [tok.token_to_id(s) for s in SPECIALS]
         if ids != list(range(len(SPECIALS))):
-            raise ValueError(f"tokenizer must have special tokens {SPECIALS} at ids 0..3, got {ids}")
+            raise UserError(f"tokenizer must have special tokens {SPECIALS} at ids 0..3, got {ids}")
         self.tok = tok
         self.pad_id, self.eos_id, self.mask_id, self.bos_id = ids
 
@@ -30,8 +31,8 @@ class BPETokenizer:
         """Learn merges on ``docs`` up to ``vocab_size`` tokens (deterministic)."""
         alphabet = pre_tokenizers.ByteLevel.alphabet()
         if vocab_size < len(alphabet) + len(SPECIALS):
-            raise ValueError(f"model.vocab_size={vocab_size} is too small for a byte-level BPE; "
-                             f"need >= {len(alphabet) + len(SPECIALS)}")
+            raise UserError(f"model.vocab_size={vocab_size} is too small for a byte-level BPE; "
+                            f"need >= {len(alphabet) + len(SPECIALS)}")
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -45,15 +46,15 @@ class BPETokenizer:
         """Read a tokenizer.json written by `save`; ValueError naming ``field`` if ``path`` is not a file that
         ``tokenizers`` can read."""
         if not Path(path).is_file():
-            raise ValueError(invalid(field, str(path), "an existing tokenizer.json file (no such file)"))
+            raise UserError(invalid(field, str(path), "an existing tokenizer.json file (no such file)"))
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises a bare Exception for unreadable or non-JSON files
-            raise ValueError(invalid(field, str(path), f"a tokenizer.json file that tokenizers can read ({e})")) from e
+            raise UserError(invalid(field, str(path), f"a tokenizer.json file that tokenizers can read ({e})")) from e
         try:
             return cls(tok)
         except ValueError as e:
-            raise ValueError(f"{field}={str(path)!r}: {e}") from e
+            raise UserError(f"{field}={str(path)!r}: {e}") from e
 
     def save(self, path: str | Path) -> None:
         """Write tokenizer.json."""

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..fields import FieldError
 from ..models import calibrate
 from ..nn.block import Block
 from .callbacks import Callback, Diagnostics
@@ -72,7 +73,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, model: nn.Module, data: DataBundle, run_dir: Path,
                  dist: DistInfo = DistInfo(), callbacks: Sequence[Callback] = ()) -> None:
         if cfg.train.grow_at and dist.enabled:
-            raise ValueError(f"train.grow_at={cfg.train.grow_at}: growth during training runs in one process, "
+            raise FieldError(f"train.grow_at={cfg.train.grow_at}: growth during training runs in one process, "
                              f"not on {dist.world_size} ranks (grow a run folder with `sigprop grow` instead)")
         self.cfg, self.data, self.run_dir, self.dist = cfg, data, Path(run_dir), dist
         self.model = model.to(dist.device)
