@@ -120,10 +120,13 @@ def test_clear_deletes_only_what_sigprop_wrote(tmp_path, monkeypatch):
 
 
 HEAVY = ("matplotlib", "scipy", "tokenizers", "sigprop.train", "sigprop.experiments")
+LIGHT = ("sigprop.experiments", "sigprop.experiments.registry")      # the command's list of names
 
 
 def _loaded(code: str) -> list[str]:
-    probe = f"import sys\n{code}\nprint(__import__('json').dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    """The packages of HEAVY that ``code`` loads, counting any of their modules but the LIGHT ones."""
+    probe = (f"import sys\n{code}\nprint(__import__('json').dumps(sorted({{h for h in {HEAVY!r} for m in sys.modules "
+             f"if (m == h or m.startswith(h + '.')) and m not in {LIGHT!r}}})))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

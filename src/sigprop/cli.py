@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .console import EXIT_OK, USER_ERRORS, Parser, add_progress_flag, fail
+from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail
 from .models import ModelConfig, build_model
 from .schemes import SCHEMES
 from .table import Table
@@ -107,7 +107,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .experiments.results import collect
 
     if args.set and args.name == "all":
-        raise ValueError("--set needs one experiment NAME (each has its own sizes), not all")
+        raise UserError("--set needs one experiment NAME (each has its own sizes), not all")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:

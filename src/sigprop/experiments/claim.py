@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..console import UserError
 from ..train.lr_grid import best_lr
 from ..train.seed_stats import seed_stats
 from .outputs import WallClock, progress, write_outputs
@@ -132,7 +133,7 @@ def run_points(claim: Claim, sizes: Mapping[str, Any], out: Path, show_progress:
     chosen: dict[str, float | None] = {}
     for m in progress([m for m in models if m.tune], f"{claim.name}: tuning", enabled=show_progress):
         if tseed in (m.seeds or seeds):
-            raise ValueError(f"tuning_seed={tseed} must not be one of the scored seeds {list(m.seeds or seeds)}")
+            raise UserError(f"tuning_seed={tseed} must not be one of the scored seeds {list(m.seeds or seeds)}")
         t = tune(sweeps, m.tables, m.lrs, tseed, [], jobs, sizes["max_extend"])
         chosen[m.key], extended[m.key] = t["best_lr"], t["extended"]
         points += [_point(m, "tuning", r, claim) for r in t["tuning_runs"]]

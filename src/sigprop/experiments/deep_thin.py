@@ -32,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..console import UserError
 from ..train.schedules import default_warmup
 from ..train.seed_stats import seed_stats
 from . import verdicts
@@ -111,7 +112,7 @@ def models(s: Mapping[str, Any]) -> list[Model]:
     """Both shapes of every chosen setting, grouped by setting, each tuned on the setting's grid."""
     unknown = sorted(set(s["settings"]) - set(SETTINGS))
     if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}; valid: {sorted(SETTINGS)}")
+        raise UserError(f"unknown setting(s) {unknown}; valid: {sorted(SETTINGS)}")
     out = []
     for name in s["settings"]:
         st = SETTINGS[name]

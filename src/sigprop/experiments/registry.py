@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..console import UserError, parse_value
+
 EXPERIMENTS = {
     "dslm-moments": "dslm_moments:FIGURES",
     "fig1": "shaped_figs:FIG1",
@@ -40,7 +42,7 @@ class Figures:
 def entry(name: str) -> Any:
     """The `Claim` or `Figures` registered as ``name``; ValueError naming the valid names."""
     if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
+        raise UserError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
     module, attribute = EXPERIMENTS[name].split(":")
     return getattr(importlib.import_module(f"sigprop.experiments.{module}"), attribute)
 
@@ -52,14 +54,12 @@ def is_claim(name: str) -> bool:
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     """``["steps=100", "seeds=[0, 1]"]`` → {"steps": 100, "seeds": [0, 1]} (values as TOML literals,
-    `sigprop.train.config.parse_value`); ValueError for an item without ``=``."""
-    from ..train.config import parse_value
-
+    `sigprop.console.parse_value`); UserError for an item without ``=``."""
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r} must look like key=value, e.g. --set steps=100")
+            raise UserError(f"--set {item!r} must look like key=value, e.g. --set steps=100")
         out[key.strip()] = parse_value(text.strip())
     return out
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from ..console import UserError
 from ..models import ModelConfig
 from ..models.build import ARCHITECTURES
 from ..train.config import RunConfig, from_mapping, load_config
@@ -105,10 +106,10 @@ def unigram_loss(run_dir: str | Path) -> float:
 
 def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """An experiment's sizes: ``base`` (its FULL or QUICK table) with ``overrides`` laid over it; an override
-    that names no key of ``base`` raises ValueError listing the valid ones."""
+    that names no key of ``base`` raises UserError listing the valid ones."""
     unknown = sorted(set(overrides) - set(base))
     if unknown:
-        raise ValueError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
+        raise UserError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
     return {**base, **overrides}
 
 

@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..console import UserError
 from ..train.lr_grid import best_lr, next_lr
 from ..train.run_summary import read_run
 from ..train.sweep import SweepSpec, run_sweep
@@ -47,7 +48,7 @@ def tune(out: str | Path, tables: Mapping[str, Any], grid: Sequence[float], tuni
     (``lr_grid``, ``tuning_loss``, ``tuning_seed``, ``best_lr``, ``seeds``, ``final_loss``), with
     ``at_edge``, ``extended`` (one line per added lr) and the records (``tuning_runs``, ``runs``)."""
     if tuning_seed in seeds:
-        raise ValueError(f"tuning_seed={tuning_seed} must not be one of the scored seeds {list(seeds)}")
+        raise UserError(f"tuning_seed={tuning_seed} must not be one of the scored seeds {list(seeds)}")
     runs = {r["lr"]: r for r in sweep_runs(out, tables, sorted(grid), [tuning_seed], jobs)}
     extended: list[str] = []
     while len(extended) < max_extend:

@@ -52,7 +52,7 @@ def grown_optimizer_state(old: nn.Module, old_state: dict[str, Any], grown: nn.M
     new_names = _param_names(grown, optimizer)
     if old_state["state"] and max(old_state["state"]) >= len(names):
         raise UserError(f"the checkpoint's optimizer state has entries for {max(old_state['state']) + 1} "
-                         f"parameters, the run's model has {len(names)}")
+                        f"parameters, the run's model has {len(names)}")
     index, where = renamer(slots), {n: i for i, n in enumerate(new_names)}
     state = {where[moved_name(names[i], "stack.blocks.", index)]: st for i, st in old_state["state"].items()}
     template = next(iter(old_state["state"].values()), None)
