@@ -51,7 +51,7 @@ from ..theory.moments.embedding import zipf_collision_probability
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
 from ..theory.moments.residual import Residual
 from ..theory.moments.state import Component, Moments, ratio, replace
-from .build import build_model
+from .build import build_model, gc_paused
 from .config import ModelConfig
 from .stack import Stack
 from .transformer import Chain, DecoderLM, EncoderDecoder, Label, ViT
@@ -173,13 +173,14 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     trace over-predicts its embedding-output point while the other points agree either way. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
     `measure` orders them. Raises NotImplementedError for a module or option without an exact map."""
-    model = _as_model(model_or_cfg)
-    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
-    L, collision = _defaults(model, seq_len, token_collision)
-    if isinstance(model, EncoderDecoder):
-        return _predict_encdec(model, L, collision, m_in, g_out)
-    labels, chain = model_chain(model, seq_len, token_collision)
-    states = serial(*chain).trace(m_in)
-    if isinstance(model, DecoderLM):
-        return _records(labels, _backward(model.stack, chain, states, g_out, L), "dec")
-    return _records(labels, trace_bwd(chain, states, g_out), "enc")
+    with gc_paused():
+        model = _as_model(model_or_cfg)
+        m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+        L, collision = _defaults(model, seq_len, token_collision)
+        if isinstance(model, EncoderDecoder):
+            return _predict_encdec(model, L, collision, m_in, g_out)
+        labels, chain = model_chain(model, seq_len, token_collision)
+        states = serial(*chain).trace(m_in)
+        if isinstance(model, DecoderLM):
+            return _records(labels, _backward(model.stack, chain, states, g_out, L), "dec")
+        return _records(labels, trace_bwd(chain, states, g_out), "enc")
