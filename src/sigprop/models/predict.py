@@ -176,12 +176,13 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
       * the maps: O(N) scalar maps, forward then backward; an attention map is O(1) in L, its softmax
         functionals read at 6 + 12 fluctuation nodes off the Chebyshev table of (L, causal), which the first call
         per process builds from the exact quadrature: 20 row nodes over the L key counts and 10 × 10 pair nodes
-        over the O(L²) causal query pairs (Horner in n1: O(L) per node);
+        over the causal query pairs (their O(L²) key counts histogrammed once, then a Horner recursion over the
+        L first counts);
       * a rank-collapsed causal Post-LN decoder's per-position backward: O(N·L²), one L × L gradient covariance
         per sublayer;
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
         Carlo token-Gram recursion at the config's T tokens, R = 2048 query rows per block in S·⌈R/(S·T)⌉ heads
-        of T rows (S = 8 sampled sequences): O(N·R·d·(T + d_k)) multiply-adds, O(N·R·d·(1 + 2d_k/T)) Gaussian
+        of T rows (S = 8 sampled Zipf sequences): O(N·R·d·(T + d_k)) multiply-adds, O(N·R·d·(1 + 2d_k/T)) Gaussian
         draws and an O(T³) Cholesky factor per sequence and block. For a deep DSLM model it is most of a first
         call, at any T ≤ GRAM_MAX_TOKENS."""
     with gc_paused():
