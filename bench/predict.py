@@ -5,8 +5,9 @@
 Cold = a fresh process (imports excluded): the model built on the meta device, the scheme's init rule
 (DSLM's Gram recursion over the blocks), the softmax-functional table for (seq_len, causal) and the maps;
 warm = the same call again in that process (tables and the scheme's per-config recursion cached, per-input
-caches cleared). Also: one attention map by the exact quadrature vs the table, the table build per
-(L, causal), and the table's accuracy.
+caches cleared); each as wall time and as the process's CPU time (single-threaded: the wall time less the
+waiting for a core on a shared machine). Also: one attention map by the exact quadrature vs the table, the
+table build per (L, causal), and the table's accuracy.
 """
 from __future__ import annotations
 
@@ -21,17 +22,19 @@ LAYERS, SEQS = (48, 192, 1000), (32, 128)
 SIZE = {"arch": "decoder", "d_model": 256, "n_heads": 4, "max_seq_len": 128, "vocab_size": 50257}
 
 
-def one(scheme: str, norm: str | None, layers: int, seq: int) -> tuple[float, float]:
-    """Seconds for a first and a second predict in this process."""
+def one(scheme: str, norm: str | None, layers: int, seq: int) -> tuple[float, float, float, float]:
+    """Wall and CPU seconds of this process for a first and a second predict: (cold wall, warm wall, cold CPU,
+    warm CPU). On a shared machine the wall time includes waiting for a core; the CPU time does not."""
     from sigprop.models import ModelConfig, predict
     cfg = ModelConfig(scheme=scheme, norm=norm, n_layers=layers, **SIZE)
-    times = []
+    wall, cpu = [], []
     for _ in range(2):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         predict(cfg, seq_len=seq)
-        times.append(time.perf_counter() - t)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         clear_input_caches()
-    return times[0], times[1]
+    return wall[0], wall[1], cpu[0], cpu[1]
 
 
 def clear_input_caches() -> None:
@@ -45,13 +48,15 @@ def main() -> None:
     from sigprop.theory.moments import Attention, Moments, attention
     from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows
 
-    print("| config (decoder, d 256) | layers | seq_len | cold s | warm s |\n|---|---|---|---|---|")
+    print("| config (decoder, d 256) | layers | seq_len | cold s | warm s | cold CPU s | warm CPU s |"
+          "\n|---|---|---|---|---|---|---|")
     for scheme, norm in CONFIGS:
         for layers in LAYERS:
             for seq in SEQS:
                 out = subprocess.run([sys.executable, __file__, "--one", scheme, str(norm), str(layers), str(seq)],
                                      check=True, capture_output=True, text=True).stdout.split()
-                print(f"| {scheme} {norm or ''} | {layers} | {seq} | {float(out[0]):.2f} | {float(out[1]):.2f} |")
+                print(f"| {scheme} {norm or ''} | {layers} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
+                      + " |", flush=True)
 
     print("\n| one causal attention map, L | exact s | table s (warm) | table build s |\n|---|---|---|---|")
     for L in (64, 128):

@@ -5,14 +5,17 @@ torchrun (`torchrun`), the check of one AdamW step against the per-parameter rul
 (`assert_first_adamw_step`), the check that a measurement leaves existing gradients as found
 (`grads_as_found`), and tiny randomly initialized transformers models (`gpt2`, `bert`, `llama`) with their
 logits in one pass (`logits`) and token by token through the KV cache (`cached_logits`). transformers is
-imported by the model helpers only, so this module imports without it."""
+imported by the model helpers only, so this module imports without it.
+`block_series_hyp2f1`: the reference series of the norms' ₂F₁, summed in blocks only."""
 import inspect
+import math
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -101,6 +104,24 @@ def grads_as_found(model: torch.nn.Module, fill: str, run) -> None:
     for p, (grad, values) in zip(model.parameters(), before):
         assert p.grad is grad
         assert grad is None or torch.equal(grad, values)
+
+
+def block_series_hyp2f1(a: float, b: float, c: float, z: float) -> float:
+    """₂F₁(a, b; c; z) for 0 <= z < 1, every term summed in numpy blocks of 64, 128, 256, ... terms, up to 10⁶
+    terms or the tail bound term/(1 − z) < 1e-17 of the sum: the reference for
+    `sigprop.theory.moments.norm.hyp2f1`, which sums its first 64 terms one by one."""
+    total, term, start, block = 0.0, 1.0, 0, 64
+    while start < 10 ** 6:
+        n = np.arange(start, start + block)
+        ratios = (a + n) * (b + n) / ((c + n) * (n + 1)) * z
+        terms = term * np.cumprod(np.concatenate([[1.0], ratios[:-1]]))
+        total += float(terms.sum())
+        term, start = float(terms[-1] * ratios[-1]), start + block
+        if ratios[-1] < 1 and abs(term) <= 1e-17 * (1 - z) * abs(total):
+            break
+        block *= 2
+    assert math.isfinite(total)
+    return total
 
 
 HF_VOCAB = 256                  # the vocabulary of the tiny transformers models below

@@ -9,6 +9,7 @@ import scipy.special
 import scipy.stats
 import torch
 
+from helpers import block_series_hyp2f1
 from sigprop.theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel, shaped_relu_nu
 from sigprop.theory.moments import (
     Attention,
@@ -85,6 +86,14 @@ def test_orthant_and_hypergeometric_against_scipy() -> None:
         assert orthant(a, r) == pytest.approx(ref, abs=1e-7)
     for args in [(0.5, 0.5, 2.5, 0.81), (1.0, 1.0, 5.0, 0.25), (0.5, 0.5, 33.0, 0.99), (0.5, 0.5, 3.0, 1.0)]:
         assert hyp2f1(*args) == pytest.approx(scipy.special.hyp2f1(*args), rel=1e-9)
+
+
+def test_hypergeometric_term_by_term_start_is_the_block_series() -> None:
+    """`hyp2f1` sums its first 64 terms one by one and may stop at any of them: the all-block series to 1e-13, from
+    a few terms (c = k/2 ≫ 1, the norms' case) to the 10⁶-term cap near z = 1 (small c)."""
+    for a, b, c in [(0.5, 0.5, 128.5), (1.0, 1.0, 128.5), (0.5, 0.5, 2.5), (1.0, 1.0, 3.0), (0.5, 0.5, 4.0)]:
+        for z in (0.0, 1e-6, 0.09, 0.5, 0.81, 0.99, 0.9999, 0.999999):
+            assert hyp2f1(a, b, c, z) == pytest.approx(block_series_hyp2f1(a, b, c, z), rel=1e-13, abs=0), (c, z)
 
 
 def test_gelu_closed_forms_match_quadrature() -> None:

@@ -2,6 +2,7 @@
 logit scales and dropout mode; a module or option without an exact map is refused by name."""
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -46,6 +47,22 @@ def test_predict_of_a_config_is_predict_of_the_model_it_builds() -> None:
     cfg = ModelConfig(**SIZE, scheme="dslm", norm="postln", dropout=0.1)
     torch.manual_seed(0)
     assert predict(build_model(cfg), seq_len=16) == predict(cfg, seq_len=16)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_build_and_predict_leave_the_garbage_collector_as_found(enabled: bool) -> None:
+    """The collector is paused around the build and the maps (`gc_paused`) and restored, also when a map raises."""
+    (gc.enable if enabled else gc.disable)()
+    try:
+        build_model(ModelConfig(**SIZE, scheme="preln"), device="meta")
+        assert gc.isenabled() is enabled
+        predict(ModelConfig(**SIZE, scheme="preln"), seq_len=16)
+        assert gc.isenabled() is enabled
+        with pytest.raises(NotImplementedError, match="qk_norm"):
+            predict(ModelConfig(**SIZE, scheme="preln", qk_norm=True))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
 
 
 def test_predict_reads_the_models_own_residual_weights_and_dropout_mode() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import Iterator, Sequence
 
 import torch
@@ -19,6 +20,21 @@ ARCHITECTURES: dict[str, type[nn.Module]] = {
 # torch's default initializers, which module constructors call; on the meta device there is nothing to draw
 _TORCH_INITS = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
                 "trunc_normal_", "zeros_", "ones_", "constant_")
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside the block (its previous state restored after). Building a
+    deep model and its moment chain allocates O(blocks) long-lived container objects (modules, parameters,
+    maps); every generation-2 collection in between would rescan all of them and the whole imported torch,
+    which costs more than the construction itself. Whatever garbage the block leaves is collected later."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextlib.contextmanager
@@ -48,9 +64,10 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
         context = _on_meta()
     else:
         context = torch.device(device) if device is not None else contextlib.nullcontext()
-    with context:
-        model = ARCHITECTURES[cfg.arch](cfg)
-    initialize(model, cfg, get_scheme(cfg.scheme))
+    with gc_paused():
+        with context:
+            model = ARCHITECTURES[cfg.arch](cfg)
+        initialize(model, cfg, get_scheme(cfg.scheme))
     if batch is not None:
         calibrate(model, batch)
     return model

@@ -28,12 +28,7 @@ exchangeable (σ²/T) I. The class token breaks the invariance (its forward vari
 variance equals the patch tokens' (DSLM); when it is much smaller (Xavier-like init) its Pre-LN norms
 amplify the gradient it alone carries, which the token-averaged maps miss.
 
-Cost (bench/predict.py): building a config's model on the meta device (~1 ms per block: module construction
-and the init pass, which records each weight's std); each attention map evaluates the tabulated softmax
-functionals (`tables`), ~0.5 ms per sublayer, and the first call per (seq_len, causal) builds the table
-(~0.2 s at L = 128); a causal Post-LN stack traced per position carries an L × L gradient covariance per
-sublayer. DSLM's init rule itself runs a token-Gram recursion over the blocks (`sigprop.schemes.dslm`,
-O(blocks · T³), cached per config), which dominates a first call for a deep DSLM model at T = 128.
+Cost: `predict`'s docstring (measured: bench/predict.py).
 Accuracy against `sigprop.diagnostics.measure`: docs/moments.md and tests/test_predict.py. Causal models
 carry position-dependent token correlations the exchangeable-token maps average away; a rank-collapsed
 causal Post-LN decoder (token correlation ≥ COLLAPSED_CORR) is traced backward per position (`causal`),
@@ -51,7 +46,7 @@ from ..theory.moments.embedding import zipf_collision_probability
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
 from ..theory.moments.residual import Residual
 from ..theory.moments.state import Component, Moments, ratio, replace
-from .build import build_model
+from .build import build_model, gc_paused
 from .config import ModelConfig
 from .stack import Stack
 from .transformer import Chain, DecoderLM, EncoderDecoder, Label, ViT
@@ -172,14 +167,32 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     its stream gradient is carried by the identity path, which does not mix positions, and the per-position
     trace over-predicts its embedding-output point while the other points agree either way. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
-    `measure` orders them. Raises NotImplementedError for a module or option without an exact map."""
-    model = _as_model(model_or_cfg)
-    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
-    L, collision = _defaults(model, seq_len, token_collision)
-    if isinstance(model, EncoderDecoder):
-        return _predict_encdec(model, L, collision, m_in, g_out)
-    labels, chain = model_chain(model, seq_len, token_collision)
-    states = serial(*chain).trace(m_in)
-    if isinstance(model, DecoderLM):
-        return _records(labels, _backward(model.stack, chain, states, g_out, L), "dec")
-    return _records(labels, trace_bwd(chain, states, g_out), "enc")
+    `measure` orders them. Raises NotImplementedError for a module or option without an exact map.
+
+    Cost, for N blocks (2N sublayers; 3N in an encdec decoder), L tokens, width d, head width d_k:
+      * the model from a config: O(N) module constructions on the meta device and one init pass, which records
+        each weight's std; the cyclic garbage collector is paused throughout (`gc_paused`), since each of its
+        full collections would rescan these objects and all of torch;
+      * the maps: O(N) scalar maps, forward then backward; an attention map is O(1) in L, its softmax
+        functionals read at 6 + 12 fluctuation nodes off the Chebyshev table of (L, causal), which the first call
+        per process builds from the exact quadrature: 20 row nodes over the L key counts and 10 × 10 pair nodes
+        over the causal query pairs (their O(L²) key counts histogrammed once, then a Horner recursion over the
+        L first counts);
+      * a rank-collapsed causal Post-LN decoder's per-position backward: O(N·L²), one L × L gradient covariance
+        per sublayer;
+      * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
+        Carlo token-Gram recursion at the config's T tokens, R = 2048 query rows per block in S·⌈R/(S·T)⌉ heads
+        of T rows (S = 8 sampled Zipf sequences): O(N·R·d·(T + d_k)) multiply-adds, O(N·R·d·(1 + 2d_k/T)) Gaussian
+        draws and an O(T³) Cholesky factor per sequence and block. For a deep DSLM model it is most of a first
+        call, at any T ≤ GRAM_MAX_TOKENS."""
+    with gc_paused():
+        model = _as_model(model_or_cfg)
+        m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+        L, collision = _defaults(model, seq_len, token_collision)
+        if isinstance(model, EncoderDecoder):
+            return _predict_encdec(model, L, collision, m_in, g_out)
+        labels, chain = model_chain(model, seq_len, token_collision)
+        states = serial(*chain).trace(m_in)
+        if isinstance(model, DecoderLM):
+            return _records(labels, _backward(model.stack, chain, states, g_out, L), "dec")
+        return _records(labels, trace_bwd(chain, states, g_out), "enc")
