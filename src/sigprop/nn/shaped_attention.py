@@ -82,7 +82,8 @@ class Shaping:
 class ShapedAttention(Shaping, Attention):
     """Multi-head shaped attention; drop-in for `Attention`.
 
-    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
+    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ); output_proj=False
+    drops W_O (`Attention`).
     qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
     "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
     N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the

@@ -2,8 +2,10 @@
 
 * ``sde``: Euler–Maruyama paths of a neural covariance SDE (`sigprop.theory.sde.simulate`; Noci et al.,
   "The Shaped Transformer", NeurIPS 2023, Thm 3.2, 4.2, Cor. 4.3; derivations in docs/sde.md).
-* ``ensemble``: token covariances V_l = X_l X_lᵀ/n of random finite networks at initialization, one
-  per depth l (`sigprop.simulate.ensemble.simulate`), on the SDE's time axis t = l / width.
+* ``ensemble``: token covariances V_l = X_l X_lᵀ/n of random finite networks at initialization, built from
+  sigprop's modules (`sigprop.simulate.networks`), one per depth l (`sigprop.simulate.ensemble.simulate`), on
+  the SDE's time axis t = l / width. ``--block attention`` and ``--method gram`` are deprecated names of
+  ``shaped_attention`` and ``gaussian``: a warning on stderr, then the run under the new name.
 
 Both start from m tokens with V0 = s·((1 − ρ0) I + ρ0 11ᵀ) and write, into ``--out``, NAME.json (the
 resolved options, the command line and per-time quantiles of the correlation ρ¹² = V¹²/√(V¹¹V²²) and the

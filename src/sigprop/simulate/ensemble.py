@@ -85,7 +85,8 @@ def _in_row_basis(module: nn.Module, args: tuple) -> tuple:
 
 def restrict_to_rows(module: nn.Module) -> nn.Module:
     """Register `_in_row_basis` on every random projection of ``module``: on each `Attention` (its Q, K, V run
-    fused, not as modules) and on every other `nn.Linear`. Its weights must then be drawn as W O (`weight_shapes` with ``rows``)."""
+    fused, not as modules) and on every other `nn.Linear`. Its weights must then be drawn as W O, of shape
+    (fan_out, m) (`weight_shapes` with ``rows``)."""
     fused = set()
     for sub in module.modules():
         if isinstance(sub, Attention):
@@ -153,7 +154,7 @@ def propagate(module: nn.Module, weights: Iterable[Weights], X0: Tensor) -> Tens
     return torch.stack(out, 1)
 
 
-def _prepare(block: str, V0: Tensor, depth: int, samples: int, dtype: torch.dtype) -> Tensor:
+def _prepare(V0: Tensor, depth: int, samples: int, dtype: torch.dtype) -> Tensor:
     if check_value(depth, int, "depth") < 0 or check_value(samples, int, "samples") < 1:
         raise ValueError(f"depth must be >= 0 and samples >= 1, got depth={depth}, samples={samples}")
     if dtype not in (torch.float32, torch.float64):
@@ -186,7 +187,7 @@ def simulate(block: str, V0: Tensor, width: int, depth: int, samples: int, seed:
     """
     block, method = block_name(block), method_name(method)
     p = block_params(block, width, gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus, n_k=n_k)
-    V0 = _prepare(block, V0, depth, samples, dtype)
+    V0 = _prepare(V0, depth, samples, dtype)
     m = V0.shape[-1]
     module = layer(block, p, dtype)
     rows = m if method == "gaussian" else None
@@ -215,7 +216,7 @@ def gradient_norms(block: str, V0: Tensor, width: int, depth: int, samples: int,
         raise ValueError(f"depth must be >= 1, got {depth}")
     block = block_name(block)
     p = block_params(block, width, gamma=gamma, tau0=tau0, c_plus=c_plus, c_minus=c_minus, n_k=n_k)
-    V0 = _prepare(block, V0, depth, samples, dtype)
+    V0 = _prepare(V0, depth, samples, dtype)
     module = layer(block, p, dtype)
     step, shapes = batched(module), weight_shapes(module)
     gen = torch.Generator().manual_seed(check_value(seed, int, "seed"))
