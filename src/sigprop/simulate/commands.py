@@ -168,7 +168,7 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--rho0", type=_real(-1.0, 1.0, open_low=False), default=0.2,
                    help="initial correlation between tokens, in [-1/(m-1), 1] (default 0.2)")
     p.add_argument("--scale", type=_real(0.0), default=1.0, help="initial variance s > 0 (default 1)")
-    p.add_argument("--tau0", type=_real(0.0), default=1.0, help="attention temperature scale τ0 > 0 (default 1)")
+    p.add_argument("--tau0", type=_real(0.0), default=1.0, help="shaped-attention temperature scale τ0 > 0 (default 1)")
     p.add_argument("--seed", type=_integer(0), default=0)
     p.add_argument("--chunk", type=_integer(1), default=256, help="paths or networks per batch (default 256)")
     p.add_argument("--out", default=out, help=f"output folder (default {out})")
