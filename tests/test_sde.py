@@ -17,7 +17,7 @@ import pytest
 import torch
 from scipy.stats import ks_2samp
 
-from sigprop.simulate.blocks import attention_matrix, shaped_relu
+from sigprop.nn import ShapedReLU
 from sigprop.theory import sde
 from sigprop.theory.kernels import shaped_relu_nu, shaped_relu_slopes
 
@@ -55,6 +55,12 @@ def pairs(T: torch.Tensor) -> torch.Tensor:
     return T[..., I, J] if T.ndim != 4 else T[I, J][:, I, J]
 
 
+def attention_matrix(Y: torch.Tensor, tau: float) -> torch.Tensor:
+    """Shaped attention of logits Y: I + Softmax(Y/τ) − 11ᵀ/m, (S, m, m) (key width n_k, which no module has)."""
+    m = Y.shape[-1]
+    return torch.eye(m) + torch.softmax(Y / tau, dim=-1) - 1.0 / m
+
+
 def _attention(X, R, g):
     """X' = λX + γ A Zv for A(Y), A(−Y) and A = I (same draws), and the odd part of E[ΔV | Y]."""
     S, m, n = X.shape
@@ -70,7 +76,7 @@ def _mlp(X, G, linear):
     """X' = λX + γ √c φ_s(X W_pre/√n) W_post/√n, with X W/√n drawn as chol(XXᵀ/n) G[i] (exact in law)."""
     n = X.shape[-1]
     Z = torch.linalg.cholesky(X @ X.mT / n) @ G[0]
-    H = Z if linear else shaped_relu(Z, n)
+    H = Z if linear else ShapedReLU(n)(Z)
     return math.sqrt(1 - GAMMA**2) * X + GAMMA * torch.linalg.cholesky(H @ H.mT / n) @ G[1]
 
 

@@ -138,3 +138,13 @@ def test_qk_scaling_is_validated():
         ShapedAttention(16, 2, qk_scaling="fast")
     with pytest.raises(ValueError, match="ModelConfig.qk_scaling"):
         ModelConfig(scheme="shaped", qk_scaling="fast")
+
+
+@pytest.mark.parametrize("cls", [Attention, ShapedAttention])
+def test_without_output_projection_the_output_is_a_v_and_there_is_no_moment_map(cls):
+    attn = cls(D, H, output_proj=False).double()
+    x = _x(4)
+    assert "o_proj.weight" not in dict(attn.named_parameters())
+    torch.testing.assert_close(attn(x), _explicit(attn, x), rtol=1e-12, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="output_proj"):
+        attn.moment_map(T)

@@ -62,6 +62,17 @@ def test_ensemble_softmax_collapses(tmp_path):
     assert data["options"]["gamma"] is None and data["corr"]["q05"][-1] > 0.95
 
 
+def test_ensemble_deprecated_names_warn_and_run_as_the_new_ones(tmp_path, capsys):
+    data = _run(tmp_path, "ensemble", "--block", "attention", "--method", "gram", "--width", "8", "--depth", "4",
+                "--samples", "8")
+    err = capsys.readouterr().err
+    assert "--block attention is deprecated" in err and "--method gram is deprecated" in err
+    assert data["options"]["block"] == "shaped_attention" and data["options"]["method"] == "gaussian"
+    new = _run(tmp_path / "new", "ensemble", "--block", "shaped_attention", "--width", "8", "--depth", "4",
+               "--samples", "8")
+    assert new["corr"] == data["corr"]
+
+
 @pytest.mark.parametrize("argv, option", [
     (["sde", "--paths", "0"], "--paths"),
     (["sde", "--steps", "-3"], "--steps"),
@@ -75,7 +86,6 @@ def test_ensemble_softmax_collapses(tmp_path):
     (["ensemble", "--depth", "2.5"], "--depth"),
     (["ensemble", "--samples", "x"], "--samples"),
     (["ensemble", "--block", "preln", "--gamma", "0.3"], "--gamma"),
-    (["ensemble", "--block", "preln", "--method", "gram"], "--method"),
     (["ensemble", "--tokens", "4", "--width", "3"], "--width"),
     (["ensemble", "--scale", "-1"], "--scale"),
 ])

@@ -3,7 +3,8 @@
 out = Softmax(Q Kᵀ · scale + mask) V W_O,  Q = x W_Q, K = kv W_K, V = kv W_V  (per head),
 with scale = 1/√d_head unless given. ``qk_norm`` (a `make_norm` kind) normalizes each head's queries
 and keys over d_head before the product (Wortsman et al. 2023, arXiv 2309.14322; Dehghani et al.
-2023). `ShapedAttention` subclasses this and changes only `mix`.
+2023). ``output_proj=False`` drops W_O (out = Softmax(·) V, the value-only layer of the covariance
+SDEs; o_proj is then the identity). `ShapedAttention` subclasses this and changes only `mix`.
 """
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ def attention_mask(t: int, s: int, causal: bool, key_mask: torch.Tensor | None,
 
 
 class Attention(nn.Module):
-    """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear`;
+    """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear` (o_proj
+    `nn.Identity` with ``output_proj=False``);
     `qkv` multiplies by the first three's weights in one fused matmul, so forward hooks on those
     three modules do not fire (their parameters are used as they are)."""
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, bias: bool = False,
-                 scale: float | None = None, qk_norm: str | None = None) -> None:
+                 scale: float | None = None, qk_norm: str | None = None, output_proj: bool = True) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -52,7 +54,7 @@ class Attention(nn.Module):
         self.q_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "q")
         self.k_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "k")
         self.v_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "v")
-        self.o_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "o")
+        self.o_proj = tag_linear(nn.Linear(d_model, d_model, bias=bias), "o") if output_proj else nn.Identity()
         self.q_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
         self.k_norm = None if qk_norm is None else make_norm(qk_norm, self.d_head)
 
@@ -69,7 +71,11 @@ class Attention(nn.Module):
         """This attention's moment map over ``L`` tokens: `sigprop.theory.moments.attention.Attention` from the
         projections' init stds, the causal mask and the module's logit scale; with ``memory`` (the moments
         of ``memory_len`` keys) the cross-attention map seen from the queries (`QueryView`).
-        Raises NotImplementedError for qk-norm (no exact map) or weights not drawn by sigprop's init."""
+        Raises NotImplementedError for qk-norm or no output projection (no exact map) or weights not drawn by
+        sigprop's init."""
+        if isinstance(self.o_proj, nn.Identity):
+            raise NotImplementedError("Attention with output_proj=False has no moment map: the maps describe a "
+                                      "Gaussian output projection W_O")
         if self.q_norm is not None:
             raise NotImplementedError("Attention with qk_norm has no exact moment map: the per-head norm of "
                                       "queries and keys is not in sigprop.theory.moments")

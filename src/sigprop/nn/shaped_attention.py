@@ -82,7 +82,8 @@ class Shaping:
 class ShapedAttention(Shaping, Attention):
     """Multi-head shaped attention; drop-in for `Attention`.
 
-    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ).
+    identity=False drops the γ₁ I term (cross-attention, where queries and keys differ); output_proj=False
+    drops W_O (`Attention`).
     qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
     "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
     N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the
@@ -92,14 +93,15 @@ class ShapedAttention(Shaping, Attention):
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
                  gamma1: float = 1.0, gamma2: float = 1.0, mode: str = "fixed",
-                 identity: bool = True, bias: bool = False, qk_scaling: str = "temperature") -> None:
+                 identity: bool = True, bias: bool = False, qk_scaling: str = "temperature",
+                 output_proj: bool = True) -> None:
         if tau0 <= 0:
             raise ValueError(f"tau0 must be > 0, got {tau0}")
         if qk_scaling not in QK_SCALINGS:
             raise ValueError(f"qk_scaling must be one of {QK_SCALINGS}, got {qk_scaling!r}")
         d_head = d_model // max(n_heads, 1)
         tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
-        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau)
+        super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau, output_proj=output_proj)
         self.tau0, self.built_gammas = tau0, (gamma1 if identity else 0.0, gamma2)
         self.init_shaping(n_heads, gamma1, gamma2, mode, identity)
 

@@ -2,8 +2,10 @@
 
 * ``sde``: Euler–Maruyama paths of a neural covariance SDE (`sigprop.theory.sde.simulate`; Noci et al.,
   "The Shaped Transformer", NeurIPS 2023, Thm 3.2, 4.2, Cor. 4.3; derivations in docs/sde.md).
-* ``ensemble``: token covariances V_l = X_l X_lᵀ/n of random finite networks at initialization, one
-  per depth l (`sigprop.simulate.ensemble.simulate`), on the SDE's time axis t = l / width.
+* ``ensemble``: token covariances V_l = X_l X_lᵀ/n of random finite networks at initialization, built from
+  sigprop's modules (`sigprop.simulate.networks`), one per depth l (`sigprop.simulate.ensemble.simulate`), on
+  the SDE's time axis t = l / width. ``--block attention`` and ``--method gram`` are deprecated names of
+  ``shaped_attention`` and ``gaussian``: a warning on stderr, then the run under the new name.
 
 Both start from m tokens with V0 = s·((1 − ρ0) I + ρ0 11ᵀ) and write, into ``--out``, NAME.json (the
 resolved options, the command line and per-time quantiles of the correlation ρ¹² = V¹²/√(V¹¹V²²) and the
@@ -28,7 +30,7 @@ import torch
 from ..console import EXIT_OK, Parser, UserError, add_progress_flag, fail, progress
 from ..theory import sde
 from . import ensemble
-from .blocks import BLOCKS, SHAPED_BLOCKS
+from .networks import BLOCKS, DEPRECATED_BLOCKS, SHAPED_BLOCKS
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 DEFAULT_GAMMA = 0.3
@@ -155,7 +157,7 @@ def _common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--rho0", type=_real(-1.0, 1.0, open_low=False), default=0.2,
                    help="initial correlation between tokens, in [-1/(m-1), 1] (default 0.2)")
     p.add_argument("--scale", type=_real(0.0), default=1.0, help="initial variance s > 0 (default 1)")
-    p.add_argument("--tau0", type=_real(0.0), default=1.0, help="attention temperature scale τ0 > 0 (default 1)")
+    p.add_argument("--tau0", type=_real(0.0), default=1.0, help="shaped-attention temperature scale τ0 > 0 (default 1)")
     p.add_argument("--seed", type=_integer(0), default=0)
     p.add_argument("--chunk", type=_integer(1), default=256, help="paths or networks per batch (default 256)")
     p.add_argument("--out", default=out, help=f"output folder (default {out})")
@@ -176,15 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, "runs/simulate/sde")
     p.set_defaults(command_parser=p)
     p = sub.add_parser("ensemble", help="token covariances of random finite networks at initialization")
-    p.add_argument("--block", choices=BLOCKS, default="shaped")
+    p.add_argument("--block", choices=BLOCKS + tuple(DEPRECATED_BLOCKS), default="shaped",
+                   help="network (sigprop.simulate.networks); 'attention' is the deprecated name of 'shaped_attention'")
     p.add_argument("--width", type=_integer(1), default=64, help="width n (default 64)")
     p.add_argument("--depth", type=_integer(1), default=64, help="number of blocks (default 64)")
     p.add_argument("--samples", type=_integer(1), default=200, help="number of networks (default 200)")
     p.add_argument("--gamma", type=_real(0.0, 1.0), default=None,
                    help=f"γ in (0, 1] for the shaped blocks {', '.join(SHAPED_BLOCKS)} (default {DEFAULT_GAMMA}); "
                         "not allowed for the others")
-    p.add_argument("--method", choices=ensemble.METHODS, default="gaussian",
-                   help="sampler (same law): gaussian, gram (fastest, LN-free blocks only), weights")
+    p.add_argument("--method", choices=ensemble.METHODS + tuple(ensemble.DEPRECATED_METHODS), default="gaussian",
+                   help="weight sampler (same law): gaussian (each weight on its input's row space, fast) or weights "
+                        "(full matrices); 'gram' is deprecated and runs as gaussian")
     _common(p, "runs/simulate/ensemble")
     p.set_defaults(command_parser=p)
     return parser
@@ -198,6 +202,12 @@ def _check(args: argparse.Namespace) -> None:
         parser.error(f"argument --rho0: must be in [{low:g}, 1] for --tokens {args.tokens} "
                      f"(V0 positive semi-definite), got {args.rho0:g}")
     if args.what == "ensemble":
+        for option, renamed in (("block", DEPRECATED_BLOCKS), ("method", ensemble.DEPRECATED_METHODS)):
+            old = getattr(args, option)
+            if old in renamed:
+                setattr(args, option, renamed[old])
+                sys.stderr.write(f"{parser.prog}: warning: --{option} {old} is deprecated; it runs as --{option} "
+                                 f"{renamed[old]}\n")
         if args.width < args.tokens:
             parser.error(f"argument --width: must be >= --tokens ({args.tokens}), got {args.width}")
         if args.block in SHAPED_BLOCKS:
@@ -205,9 +215,6 @@ def _check(args: argparse.Namespace) -> None:
         elif args.gamma is not None:
             parser.error(f"argument --gamma: only the shaped blocks ({', '.join(SHAPED_BLOCKS)}) take γ, "
                          f"not --block {args.block}")
-        if args.method == "gram" and args.block in ("preln", "postln"):
-            parser.error(f"argument --method: 'gram' needs an LN-free block, not --block {args.block}; "
-                         "use gaussian")
 
 
 def simulate_main(argv: Sequence[str]) -> int:
