@@ -126,7 +126,7 @@ class RopeAttention:
     def sampled(self, m: Moments, g: Moments | None = None) -> Sampled:
         """The mixing step's output (``g`` None: var, cov of o = AXW_v) or input-gradient (``g``: the gradient
         at the mixing step's output; grad var, cov of ∂/∂X) moments per feature, with standard errors."""
-        return _sampled(self, m, None if g is None else (g.grad_var, g.grad_corr))
+        return _sampled(self, (m.mean, m.var, m.corr), None if g is None else (g.grad_var, g.grad_corr))
 
     def fwd(self, m: Moments) -> Moments:
         s = self.sampled(m)
@@ -183,13 +183,15 @@ def _moments(per: torch.Tensor, L: int, scale: float) -> tuple[float, float, flo
 
 
 @lru_cache(maxsize=512)
-def _sampled(rope: RopeAttention, m: Moments, g: tuple[float, float] | None) -> Sampled:
+def _sampled(rope: RopeAttention, m: tuple[float, float, float], g: tuple[float, float] | None) -> Sampled:
+    """`RopeAttention.sampled` for input (mean, var, corr) ``m`` and output gradient (var, corr) ``g``."""
     att, L, d = rope.attention, int(rope.attention.L), rope.d
+    mean, var, corr = m
     generator = torch.Generator().manual_seed(rope.seed)
     grams = []
     for start in range(0, rope.samples, CHUNK):
         n = min(CHUNK, rope.samples - start)
-        x = _exchangeable((n, L, d), m.mean, m.var, m.corr, "token correlation", generator)
+        x = _exchangeable((n, L, d), mean, var, corr, "token correlation", generator)
         if g is None:
             with torch.no_grad():
                 ax = _mixing(rope, x, generator) @ x
