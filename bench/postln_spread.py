@@ -1,9 +1,12 @@
 """Gradient spread through depth of a 48-layer DSLM Post-LN decoder at init, with the real LM loss.
 
     OMP_NUM_THREADS=1 python bench/postln_spread.py          # prints the table of bench/RESULTS.md
+    OMP_NUM_THREADS=1 python bench/postln_spread.py --rules limit --widths 128
+    OMP_NUM_THREADS=1 python bench/postln_spread.py --rules gram --widths 128 --max-seq-len 256
 
-For each width and for both of DSLM's V/O rules — the token Gram recursion (`sigprop.schemes.dslm`, used up
-to `GRAM_MAX_TOKENS` tokens) and the mean-correlation recursion it replaced below that length — over
+For each width and for DSLM's V/O rules — the token Gram recursion (`sigprop.schemes.dslm`, used up to
+`GRAM_MAX_TOKENS` tokens), the mean-correlation recursion with the finite-length gain (beyond that length), and
+the authors' L → ∞ rule (G_l = r_l, output correlation 1: no finite-length gain at all) — over
 `SEEDS` float64 networks, each on its own 8 validation sequences of the embedded corpus (`configs/tiny_decoder.toml`
 data, BPE vocabulary 512, 64 tokens):
 
@@ -15,6 +18,7 @@ data, BPE vocabulary 512, 64 tokens):
 """
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from sigprop.train import load_config, prepare_data
 from sigprop.train.sampler import generator
 
 SEEDS, LAYERS, WIDTHS, SEQ = 8, 48, (128, 256), 64
+RULES = {"gram": "Gram recursion", "mean": "mean recursion", "limit": "authors' limit"}
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS = {"block": lambda b: [p for p in b.parameters() if p.ndim >= 2],
            "Q": lambda b: [b.attn.fn.q_proj.weight], "V": lambda b: [b.attn.fn.v_proj.weight],
@@ -68,21 +73,40 @@ def spreads(cfg: ModelConfig, data) -> dict[str, float]:
             "stream predicted": float(pred.max() / pred.min()), **{k: ratio(v) for k, v in weights.items()}}
 
 
+EXACT, GRAM = dslm.theory_dslm.attention_correlation, dslm.theory_dslm.GRAM_MAX_TOKENS
+
+
+def authors_limit(r: float, L: int | None, causal: bool, d: int, n_heads: int) -> tuple[float, float]:
+    """`attention_correlation` at L → ∞ whatever the length: the authors' G = r, output correlation 1."""
+    return EXACT(r, None, causal, d, n_heads)
+
+
+def use_rule(rule: str) -> None:
+    """Make `sigprop.schemes.dslm` take ``rule``'s V/O gains (module docstring)."""
+    dslm.theory_dslm.attention_correlation = authors_limit if rule == "limit" else EXACT
+    dslm.theory_dslm.GRAM_MAX_TOKENS = GRAM if rule == "gram" else 0
+    dslm.block_correlations.cache_clear()
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", nargs="+", choices=list(RULES), default=["gram", "mean"])
+    parser.add_argument("--widths", nargs="+", type=int, default=list(WIDTHS))
+    parser.add_argument("--max-seq-len", type=int, default=SEQ,
+                        help="the config's length, which the V/O rule is made for (the batches keep 64 tokens)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run = load_config(ROOT / "configs" / "tiny_decoder.toml",
                           ["data.max_chars=200000", f"data.seq_len={SEQ}", "train.progress=false",
                            f"train.out_dir={tmp}"])
         data = prepare_data(run, Path(tmp))
         rows = []
-        for rule in ("Gram recursion", "mean recursion"):
-            if rule == "mean recursion":
-                dslm.theory_dslm.GRAM_MAX_TOKENS = 0          # every length takes the mean recursion
-                dslm.block_correlations.cache_clear()
-            for d in WIDTHS:
+        for rule in args.rules:
+            use_rule(rule)
+            for d in args.widths:
                 cfg = ModelConfig(arch="decoder", vocab_size=run.model.vocab_size, d_model=d, n_heads=4,
-                                  n_layers=LAYERS, max_seq_len=SEQ, scheme="dslm", norm="postln")
-                rows.append((rule, d, spreads(cfg, data)))
+                                  n_layers=LAYERS, max_seq_len=args.max_seq_len, scheme="dslm", norm="postln")
+                rows.append((RULES[rule], d, spreads(cfg, data)))
     keys = list(rows[0][2])
     print("| V/O rule | width | " + " | ".join(keys) + " |\n|---|---|" + "---|" * len(keys))
     for rule, d, s in rows:

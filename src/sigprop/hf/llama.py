@@ -18,11 +18,11 @@ through its own independent block of W_O, so every variance and covariance adds 
 its probability dropout; the gated MLP (`sigprop.theory.moments.gated.GatedMLP`, SiLU by quadrature); the
 final norm; the LM head, untied by default.
 
-RoPE has no moment map and is refused by name. A position-dependent rotation R_{j−i} between query i and
-key j keeps the law of each single logit, but not the joint law of a row: the component the tokens share
-(their correlation) becomes a key-dependent logit term q_iᵀR_{j−i}W_K m, and each key sees its own logit
-scale |W_Kᵀ R q_i|. The attention output variance moves measurably (tests/test_hf.py: +2.5 % at token
-correlation 0.5, width 64). Only a rotary embedding whose frequencies are all zero (the identity) is mapped.
+RoPE: `sigprop.theory.moments.rope.RopeAttention` with the rotary module's own frequencies (``inv_freq``, so
+linear, llama3 and yarn frequency rules are read as they are); its ``attention_scaling`` multiplies cos and sin,
+so the logits by its square, folded into the query variance. Rules whose frequencies change with the sequence
+length at run time (``dynamic``, ``longrope``) are refused by name. Every frequency zero (the identity rotation)
+takes the closed-form `Attention` map.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from torch import nn
 
 from ..theory.moments.embedding import Embedding
 from ..theory.moments.gated import GatedMLP
+from ..theory.moments.rope import RopeAttention
 from ..theory.moments.state import Component
 from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces
 
@@ -96,7 +97,7 @@ class Llama(Family):
             return [GatedMLP(gate.d_in, gate.d_out, gate.weight_var, up.weight_var, down.weight_var,
                              walk.component(mlp.act_fn, "MLP gate activation"))]
         attn = block.self_attn
-        _check_rope(walk.model.base_model.rotary_emb)
+        rotary = walk.model.base_model.rotary_emb
         window = (attn.sliding_window if hasattr(attn, "sliding_window")
                   else getattr(attn.config, "sliding_window", None))
         if window is not None and L > window:
@@ -109,7 +110,9 @@ class Llama(Family):
             (attn.q_proj, "q", "q_proj"), (attn.k_proj, "k", "k_proj"), (attn.v_proj, "v", "v_proj"),
             (attn.o_proj, "o", "o_proj")))
         p = attn.attention_dropout if attn.training else 0.0
-        return [walk.attention(attn, L, (q, k, v, o), n_heads, d, attn.is_causal, p)]
+        frequencies, scaling = _rope(rotary, attn.head_dim)
+        mix = walk.attention(attn, L, (q * scaling ** 4, k, v, o), n_heads, d, attn.is_causal, p)
+        return [RopeAttention(mix, frequencies) if any(frequencies) else mix]
 
     def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
         return block.input_layernorm if kind == "attn" else block.post_attention_layernorm
@@ -118,10 +121,13 @@ class Llama(Family):
         return base.norm
 
 
-def _check_rope(rotary: nn.Module) -> None:
-    """Refuse RoPE (module docstring) unless it is the identity: every frequency zero, no scaling."""
-    inv_freq = getattr(rotary, "inv_freq", None)
-    if inv_freq is None or bool(inv_freq.detach().any()) or getattr(rotary, "attention_scaling", 1.0) != 1.0:
-        raise NotImplementedError("RoPE has no moment map: rotating queries and keys by position changes the joint "
-                                  "law of a row's logits (sigprop.hf.llama module docstring); only a rotary "
-                                  "embedding with all frequencies zero is mapped")
+def _rope(rotary: nn.Module, head_dim: int) -> tuple[tuple[float, ...], float]:
+    """The rotary module's frequencies θ_p and its cos/sin scaling; refuses what `RopeAttention` does not map."""
+    kind = getattr(rotary, "rope_type", "default")
+    if kind in ("dynamic", "longrope"):
+        raise NotImplementedError(f"RoPE type {kind!r} has no moment map: its frequencies change with the sequence "
+                                  "length at run time")
+    inv_freq = rotary.inv_freq.detach().double()
+    if 2 * inv_freq.numel() != head_dim:
+        raise NotImplementedError(f"partial RoPE ({inv_freq.numel()} planes for head_dim {head_dim}) has no moment map")
+    return tuple(inv_freq.tolist()), float(getattr(rotary, "attention_scaling", 1.0))

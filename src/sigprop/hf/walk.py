@@ -17,8 +17,8 @@ composes them like `sigprop.nn.Sublayer`: Pre-LN x ← αx + βD(f(N(x))), Post-
 out. Backward: from logits with unit gradient variance, as `diagnose`'s random-projection loss; a causal
 stack as `sigprop.models.predict` traces a decoder, a bidirectional one with `trace_bwd`.
 
-A module, option or input without an exact map raises NotImplementedError naming it (RoPE with a non-zero
-frequency, the tanh-GeLU beyond its quadrature range, padding masks, a classification head, ...).
+A module, option or input without an exact map raises NotImplementedError naming it (RoPE whose frequencies
+change at run time, the tanh-GeLU beyond its quadrature range, padding masks, a classification head, ...).
 """
 from __future__ import annotations
 

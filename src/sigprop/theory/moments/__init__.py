@@ -17,12 +17,13 @@ from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual
 from .residual import Residual
+from .rope import RopeAttention
 from .softmax import Softmax
 from .state import Component, Moments
 
 __all__ = [
     "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "GatedMLP", "GeLU", "LayerNorm", "Linear",
     "MemoryView", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView", "RMSNorm", "ReLU",
-    "Residual", "Serial", "ShapedReLU", "Smooth", "Softmax",
+    "Residual", "RopeAttention", "Serial", "ShapedReLU", "Smooth", "Softmax",
     "attention_block", "ffn_block", "serial", "zipf_collision_approx", "zipf_collision_probability",
 ]

@@ -183,6 +183,11 @@ class Attention:
     def out_proj(self) -> Linear:
         return Linear(self.d, self.d, self.o_var)
 
+    @property
+    def tau2(self) -> float:
+        """τ², the logits' divisor squared: τ₀² d d_k when shaped, else d_k."""
+        return self.tau0 ** 2 * self.d * self.d_k if self.shaped else self.d_k
+
     def _gammas(self) -> tuple[float, float]:
         return (self.gamma1, self.gamma2) if self.shaped else (0.0, 0.0)
 
@@ -203,8 +208,7 @@ class Attention:
             check_positive(f"var (attention {side} input)", m.var)
             if m.corr < 0:
                 raise NotImplementedError(f"attention moments are derived for corr >= 0 (got corr={m.corr})")
-        d, dk = self.d, self.d_k
-        tau2 = self.tau0 ** 2 * d * dk if self.shaped else dk
+        d, dk, tau2 = self.d, self.d_k, self.tau2
         m2, s2 = m_kv.mean ** 2 + m_kv.corr * m_kv.var, (1 - m_kv.corr) * m_kv.var
         xq2, mq2 = m_q.mean ** 2 + m_q.var, m_q.mean ** 2 + m_q.corr * m_q.var
         u2 = self.q_var * self.k_var * d * d * dk * xq2 / tau2
@@ -281,8 +285,7 @@ class Attention:
         E(1 − ΣS²)² term; O(n/d) of the covariance (`CrossAttention` uses it; self-attention's Q-path
         covariance, a small part of its total, is kept as it was)."""
         d, dk, h, r = self.d, self.d_k, self.n_heads, st.rows
-        lam, rg = self._lam(st, g), g.grad_corr
-        tau2 = self.tau0 ** 2 * d * dk if self.shaped else dk
+        lam, rg, tau2 = self._lam(st, g), g.grad_corr, self.tau2
         one = 1 - 2 * r["F2"] + r["F22"]
         q_rows = (1 - 1 / d) * (d * r["Bz"] + (dk - 1) * (d * r["B"] + one + r["Bz"])) + dk * r["Bz"]
         q_var = h * self.q_var * self.k_var * st.s2 * lam / tau2 * q_rows
