@@ -92,7 +92,7 @@ def test_fig4_standard_temperature_explodes_with_width():
     (_, l32), (r128, l128) = t1("standard_temperature", 32), t1("standard_temperature", 128)
     assert l128.mean() - l32.mean() > Z_MAX * math.hypot(_se(l32), _se(l128))
     assert r128.mean() - shaped_figs.RHO0 > Z_MAX * _se(r128)
-    (_, a32), (_, a128) = t1("attention", 32), t1("attention", 128)
+    (_, a32), (_, a128) = t1("shaped_attention", 32), t1("shaped_attention", 128)
     assert abs(a128.mean() - a32.mean()) < Z_MAX * math.hypot(_se(a32), _se(a128))
 
 

@@ -189,7 +189,7 @@ def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True, *
 
 
 ABLATIONS = ("no_centering", "no_identity", "standard_temperature")
-FIG4_VARIANTS = ("shaped", "attention") + ABLATIONS
+FIG4_VARIANTS = ("shaped", "shaped_attention") + ABLATIONS
 # Leading-order per-layer change of log(tr V/m) (derivations in measure_fig4's docstring); O(1), not O(1/n).
 LOG_TRACE_RATE = {"no_centering": math.log(1 + 3 * GAMMA**2), "no_identity": math.log(1 - GAMMA**2)}
 
@@ -202,9 +202,9 @@ def log_trace(V: torch.Tensor) -> np.ndarray:
 def ablation(variant: str, width: int, samples: int, seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """(ρ¹², log(tr V/m)), each (samples, width + 1), of `variant` networks at depth = width (t = 1).
 
-    γ = GAMMA, τ0 = TAU0, V0 = [[1, ρ0], [ρ0, 1]]; the exact Gram sampler (same law as explicit weights).
+    γ = GAMMA, τ0 = TAU0, V0 = [[1, ρ0], [ρ0, 1]]; the row-space sampler (the same law as explicit weights).
     """
-    V = ensemble.simulate(variant, _V0(), width, width, samples, seed=seed, method="gram", **SHAPED_KW)
+    V = ensemble.simulate(variant, _V0(), width, width, samples, seed=seed, **SHAPED_KW)
     return correlation(V), log_trace(V)
 
 
@@ -326,7 +326,7 @@ def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool =
                "median_stop_time": _median(P.stop_time[P.stopped].numpy()),
                "network_blown_fraction": {}, "network_median_blowup_time": {}}
         for n in widths:
-            t_blow = first_blowup(ensemble.simulate("shaped", _V0(s), n, n, samples, seed=6, method="gram",
+            t_blow = first_blowup(ensemble.simulate("shaped", _V0(s), n, n, samples, seed=6,
                                                     gamma=gm, tau0=TAU0), blowup) / n
             row["network_blown_fraction"][str(n)] = float(np.isfinite(t_blow).mean())
             row["network_median_blowup_time"][str(n)] = _median(t_blow[np.isfinite(t_blow)])
