@@ -79,8 +79,9 @@ def test_predict_reads_the_models_own_residual_weights_and_dropout_mode() -> Non
     assert eval_mode == no_dropout and train_mode != eval_mode
 
 
-def test_build_on_meta_records_every_weights_std_without_memory() -> None:
-    cfg = ModelConfig(**{**SIZE, "n_layers": 1000, "d_model": 256}, scheme="dslm")
+@pytest.mark.parametrize("scheme", ["preln", pytest.param("dslm", marks=pytest.mark.slow)])   # dslm: its Gram init
+def test_build_on_meta_records_every_weights_std_without_memory(scheme: str) -> None:
+    cfg = ModelConfig(**{**SIZE, "n_layers": 1000, "d_model": 256}, scheme=scheme)
     model = build_model(cfg, device="meta")
     weights = [p for p in model.parameters() if p.ndim >= 2]
     assert all(p.is_meta for p in model.parameters()) and all(init_std_of(p) > 0 for p in weights)
