@@ -73,11 +73,10 @@ GAPS = {
     "norm-0": POSTLN.format("6.7 %"),
     "admin_mode-0": POSTLN.format("5.3 %"),
     "scheme-1": "vanilla (no LayerNorm) decoder: forward variance 13.8 % low (median) from the second block on; the "
-                "same stack as an encoder is within 0.2 %: causal rows mix the raw stream, whose token correlation "
-                "differs per pair of positions (position 0's value is read by every later row), which the maps "
-                "average",
-    "d_model-0": "Pre-LN decoder at width 128: gradient 7.1 % high (median), 5–30 % per position in the bottom "
-                 "blocks; as an encoder 0.9 %: the per-pair token correlation of a causal stack (docs/moments.md)",
+                "same stack as an encoder is within 0.2 %; candidate: causal rows mix the raw stream, whose token "
+                "correlation differs per pair of positions (position 0's value is read by every later row)",
+    "d_model-0": "Pre-LN decoder at width 128: gradient 7.1 % high (median), up to 30 % at positions 1–3 of the "
+                 "bottom blocks; as an encoder 0.9 %; candidate: the per-pair token correlation (docs/moments.md)",
     "arch-1": "encoder–decoder: gradient 9.0 % (median), the encoder's gradient, fed by the cross sublayers' "
               "memory gradient, 10–25 % low at every encoder layer (docs/moments.md)",
     "n_dec_layers-0": "encoder–decoder with one decoder block: gradient 10.2 % (median), the encoder's gradient "
