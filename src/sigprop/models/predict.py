@@ -15,7 +15,7 @@ identity in eval mode.
 Covered: every arch. ``encdec``: the encoder chain on the source (ending with its final norm for
 Pre-LN) gives the memory; the decoder chain on the target has (causal self-attention, cross-attention
 reading the memory (`QueryView`), MLP) per layer and its own final norm and head; backward through the
-decoder (per position for a collapsed Post-LN decoder, as for ``decoder``), then the memory gradient summed
+decoder (per position, as for ``decoder``), then the memory gradient summed
 over the cross sublayers (`memory_gradient`: independent W_v, W_k, so variances and covariances add), then
 through the encoder from it. ``vit``: stack "enc"
 over T = 1 + (image/patch)² tokens from `PatchEmbedding`, head Linear(d, n_classes) on the class token only
@@ -29,10 +29,12 @@ variance equals the patch tokens' (DSLM); when it is much smaller (Xavier-like i
 amplify the gradient it alone carries, which the token-averaged maps miss.
 
 Cost: `predict`'s docstring (measured: bench/predict.py).
-Accuracy against `sigprop.diagnostics.measure`: docs/moments.md and tests/test_predict.py. Causal models
-carry position-dependent token correlations the exchangeable-token maps average away; a rank-collapsed
-causal Post-LN decoder (token correlation ≥ COLLAPSED_CORR) is traced backward per position (`causal`),
-which follows the standard Post-LN decoder's first-token gradient.
+Accuracy against `sigprop.diagnostics.measure`: docs/moments.md and tests/test_predict.py. Causal rows mix
+different numbers of keys, so a causal stack's positions carry different variances and gradients, which the
+exchangeable-token maps average away: causal stacks are traced backward per position (`causal`: per-position
+variances, the gradient the V and K paths pile on the early keys, the first-token gradient of a collapsed
+Post-LN decoder), except a Post-LN stack short of collapse (token correlation < COLLAPSED_CORR), whose
+norms leave every position alike and which keeps the exchangeable maps.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ from .config import ModelConfig
 from .stack import Stack
 from .transformer import Chain, DecoderLM, EncoderDecoder, Label, ViT
 
-COLLAPSED_CORR = 0.9    # a decoder whose token correlation reaches this takes the per-position backward (`causal`)
+COLLAPSED_CORR = 0.9    # a Post-LN decoder whose token correlation reaches this takes the per-position backward
 
 
 def _as_model(model_or_cfg: nn.Module | ModelConfig) -> nn.Module:
@@ -131,9 +133,9 @@ def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Rec
 
 def _backward(stack: Stack, chain: list[Component], states: list[Moments], g_out: Moments, L: int
               ) -> list[Moments]:
-    """The backward of a causal ``stack``'s chain from ``g_out``: per position (`causal`) for a Post-LN stack
-    whose token correlation reaches COLLAPSED_CORR, else exchangeable (`trace_bwd`)."""
-    if stack.placement == "post" and max(m.corr for m in states) >= COLLAPSED_CORR:
+    """The backward of a causal ``stack``'s chain from ``g_out``: per position (`causal`), except for a Post-LN
+    stack whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps (`trace_bwd`)."""
+    if stack.placement != "post" or max(m.corr for m in states) >= COLLAPSED_CORR:
         return position_trace(chain, states, g_out, L)
     return trace_bwd(chain, states, g_out)
 
@@ -161,11 +163,9 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     """Predicted records (layer 0 = embedding output, then one per sublayer) for a sigprop model, or for the
     model a `ModelConfig` builds (on the meta device), in the schema of `sigprop.diagnostics.measure`;
     arguments as `model_chain`. The model is read as it is: its init stds, residual weights, shaping values
-    and train/eval mode (dropout). A Post-LN decoder whose forward token correlation reaches COLLAPSED_CORR
-    (near-uniform causal rows, where `causal`'s maps are exact) is traced backward with one gradient
-    covariance per pair of positions; other models with the exchangeable maps. Pre-LN stays exchangeable:
-    its stream gradient is carried by the identity path, which does not mix positions, and the per-position
-    trace over-predicts its embedding-output point while the other points agree either way. An ``encdec``
+    and train/eval mode (dropout). A causal stack is traced backward with one gradient covariance per pair
+    of positions and one forward variance per position (`causal`), except a Post-LN one whose forward token
+    correlation stays below COLLAPSED_CORR; bidirectional stacks with the exchangeable maps. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
     `measure` orders them. Raises NotImplementedError for a module or option without an exact map.
 

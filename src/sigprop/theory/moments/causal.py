@@ -24,10 +24,17 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
                = 1[j, k ≤ i] ((1 − F2_i)/(n_i(n_i − 1)) − 1/n_i²)     for j ≠ k.
   Exact for uniform rows (F2 = 1/n: the rank-collapsed regime, logit scale β² ∝ 1 − r → 0);
   the cross-row logit correlation (K1 − 1/(n n')) is dropped.
-* Attention, Q and K paths: the exchangeable map's totals (`Attention.mix_bwd_paths`) at the
-  position-averaged gradient, moved to the positions in proportion to G_ii B(n_i): query i's
-  softmax Jacobian Q_S vanishes when it sees one key (B(1) = 0), so a gradient held by the first
-  token has no Q/K path; a position-independent gradient recovers the exchangeable total.
+* Attention, Q and K paths: the exchangeable map's totals (`Attention.query_path`, `key_path`) at
+  the position-averaged gradient, given to the rows in proportion to w_i ∝ G_ii B(n_i) (query i's
+  softmax Jacobian Q_S vanishes when it sees one key, B(1) = 0, so a gradient held by the first
+  token has no Q/K path). Row i's Q path lands on query i; its K path g^K_j = Σ_i dY_ij u_i lands
+  on the n_i keys it reads, evenly (they are exchangeable within the row): key j gets
+  Σ_{i ≥ j} w_i/n_i of it. A position-independent gradient recovers the exchangeable totals.
+* Forward variance per position (`position_fwd`): causal rows mix different numbers of keys, so a
+  causal stack's positions carry different variances (row i's attention output f̄ (m₂ + s²F2_i)/
+  (m₂ + s²F̄2)); a residual adds them per position. Tokenwise backward factors are then taken per
+  position, a norm's as 1/v_i (N(cx) = N(x)), which turns the early positions (large variance, where
+  the V path piles the gradient) down and the late ones up.
 * Post-LN sublayer y = N(α x + β f(x)): `PostNormResidual`'s per-token factors (1 + v)(1 − S/d)/EK
   (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
   tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
@@ -47,6 +54,9 @@ import numpy as np
 
 from .attention import Attention, gamma_nodes
 from .blocks import Serial, parts, serial
+from .dropout import Dropout
+from .linear import Linear
+from .norm import LayerNorm, RMSNorm
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .softmax import row_functionals
@@ -96,9 +106,54 @@ def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np
     return out
 
 
+@lru_cache(maxsize=65536)
 def _tokenwise_gains(c: Component, m: Moments) -> tuple[float, float]:
     """A tokenwise map's (diagonal, off-diagonal) gradient factors on input ``m``."""
     return c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
+
+
+_AFFINE = (Linear, Dropout)     # output variance affine in the input's, gradient factors independent of it
+
+
+def _position_gains(c: Component, m: Moments, v: np.ndarray | None) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """`_tokenwise_gains` on the exchangeable input ``m``, or per position where the input variances ``v``
+    differ: (diagonal factors a_i, off-diagonal s_i with entry (j, k) × s_j s_k, s_i = √b_i). A norm is scale
+    invariant, N(cx) = N(x), so both of its factors go as 1/v_i; any other map is evaluated at each v_i."""
+    if v is None or np.ptp(v) == 0 or isinstance(c, _AFFINE):
+        return _tokenwise_gains(c, m)
+    if isinstance(c, (LayerNorm, RMSNorm)):
+        a0, b0 = _tokenwise_gains(c, m)
+        a, b = a0 * m.var / v, b0 * m.var / v
+    else:
+        a, b = np.array([_tokenwise_gains(c, replace(m, var=float(x))) for x in v]).T
+    if np.any(b < 0):
+        raise NotImplementedError(f"{type(c).__name__}: a negative off-diagonal gradient factor differing by "
+                                  "position has no per-position form")
+    return a, np.sqrt(b)
+
+
+def position_fwd(c: Component, m_in: Moments, v: np.ndarray) -> np.ndarray:
+    """Per-position forward variances (L,) at the output of ``c``, given those of its input ``v`` and the
+    exchangeable input ``m_in`` (which gives every position its mean and correlation).
+
+    A residual adds per position, α²v_i + β²f_i (the branch output is uncorrelated with its input at init);
+    causal attention gives row i the variance of its n_i keys (`row_vars`, from the exchangeable input: exact
+    behind a norm, which makes every position's input alike); a norm, and so a Post-LN sublayer, leaves all
+    positions alike; any other tokenwise map acts on each position's variance."""
+    if isinstance(c, Serial):
+        for comp, m in zip(c.components, c.trace(m_in)):
+            v = position_fwd(comp, m, v)
+        return v
+    if isinstance(c, Residual):
+        return c.alpha ** 2 * v + c.beta ** 2 * position_fwd(c.branch, m_in, v)
+    if isinstance(c, Attention) and c.causal:
+        return row_vars(c, m_in, c.fwd(m_in).var)
+    if isinstance(c, (PostNormResidual, Attention, LayerNorm, RMSNorm)) or np.ptp(v) == 0:
+        return np.full(len(v), c.fwd(m_in).var)
+    if isinstance(c, _AFFINE) and m_in.var > 0:
+        f0, f1 = c.fwd(m_in).var, c.fwd(replace(m_in, var=2 * m_in.var)).var
+        return f0 + (f1 - f0) * (v / m_in.var - 1)
+    return np.array([c.fwd(replace(m_in, var=float(x))).var for x in v])
 
 
 def _scalar(G: np.ndarray, m: Moments) -> Moments:
@@ -137,22 +192,29 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     sbar = float(np.mean(gii))
     if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
         return v_path, gm
-    q_diag = qk_var * len(G) * gii * b / (sbar * b.sum())     # ∝ G_ii B(n_i); qk_var on average if G_ii ∝ 1
+    w = len(G) * gii * b / (sbar * b.sum())                   # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
+    st, g = att._setup(m), _scalar(G, f)
+    k_var = att.key_path(st, g, att.L)[0]
+    q_diag = (qk_var - k_var) * w + k_var * np.cumsum((w / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
     qk = qk_cov * np.outer(q, q)
     qk.flat[::len(G) + 1] = q_diag
     return v_path + qk, gm
 
 
+def row_vars(att: Attention, m: Moments, fvar: float) -> np.ndarray:
+    """Per causal row i, the variance of a branch output whose row average is ``fvar`` and which is linear in
+    ``att``'s output on input ``m``: the V-path forward of a row with n_i keys, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2)."""
+    st = att._setup(m)
+    f2 = row_profiles(att, m)[0]
+    return fvar * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
+
+
 def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
     """The norm's diagonal and off-diagonal gradient factors (module docstring): per position after an
     attention branch, scalars after a tokenwise one; ``f``: the branch output."""
     att = parts(c.branch)[0]
-    fvar: np.ndarray | float = f.var
-    if isinstance(att, Attention):
-        st = att._setup(m)
-        f2 = row_profiles(att, m)[0]
-        fvar = f.var * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
+    fvar = row_vars(att, m, f.var) if isinstance(att, Attention) else f.var
     on, off = c.grad_gains(m, fvar, f.corr)
     return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
 
@@ -180,32 +242,56 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
     return out, c.beta ** 2 * np.diag(branch)
 
 
-def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray) -> np.ndarray:
-    """G back through ``components`` given their forward ``states`` (input, then each output). The factors
-    of consecutive tokenwise maps multiply, so a run of them touches G once."""
-    on = off = 1.0
-    for comp, m in zip(reversed(components), reversed(states[:-1])):
+def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray,
+                v: np.ndarray | None = None) -> np.ndarray:
+    """G back through ``components`` given their forward ``states`` (input, then each output) and, with
+    ``v``, the per-position input variances (`position_fwd`). The factors of consecutive tokenwise maps
+    multiply, so a run of them touches G once."""
+    per: list[np.ndarray | None] = [None] * len(components)
+    if v is not None:
+        per = [v]
+        for comp, m in zip(components[:-1], states):
+            per.append(position_fwd(comp, m, per[-1]))
+    on: np.ndarray | float = 1.0
+    off: np.ndarray | float = 1.0
+    for comp, m, p in zip(reversed(components), reversed(states[:-1]), reversed(per[:len(components)])):
         if isinstance(comp, (Serial, Residual, PostNormResidual, Attention)):
-            G = position_bwd(comp, m, G if on == off == 1.0 else _gains(G, on, off))
+            G = position_bwd(comp, m, G if _unit(on, off) else _gains(G, on, off), p)
             on = off = 1.0
         else:
-            a, b = _tokenwise_gains(comp, m)
+            a, b = _position_gains(comp, m, p)
+            if np.ndim(b) or np.ndim(off):                 # entry (j, k) × s_j s_k from here on
+                off, b = _root(off, comp), _root(b, comp)
             on, off = on * a, off * b
-    return G if on == off == 1.0 else _gains(G, on, off)
+    return G if _unit(on, off) else _gains(G, on, off)
 
 
-def position_bwd(c: Component, m_in: Moments, G: np.ndarray) -> np.ndarray:
-    """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``), given G at
-    its output."""
+def _root(off: np.ndarray | float, c: Component) -> np.ndarray | float:
+    """An off-diagonal factor as the per-position root s (entry (j, k) × s_j s_k): a vector already is one."""
+    if np.ndim(off):
+        return off
+    if off < 0:
+        raise NotImplementedError(f"{type(c).__name__}: a negative off-diagonal gradient factor beside "
+                                  "per-position ones has no per-position form")
+    return off ** 0.5
+
+
+def _unit(on: np.ndarray | float, off: np.ndarray | float) -> bool:
+    return not np.ndim(on) and not np.ndim(off) and on == off == 1.0
+
+
+def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | None = None) -> np.ndarray:
+    """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``; with ``v``, the
+    per-position input variances that tokenwise gains read), given G at its output."""
     if isinstance(c, Serial):
-        return _serial_bwd(c.components, c.trace(m_in), G)
+        return _serial_bwd(c.components, c.trace(m_in), G, v)
     if isinstance(c, Residual):
-        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G)
+        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v)
     if isinstance(c, PostNormResidual):
         return _postnorm_bwd(c, m_in, G)[0]
     if isinstance(c, Attention):
         return _attention(c, m_in, G)[0]
-    return _gains(G, *_tokenwise_gains(c, m_in))
+    return _gains(G, *_position_gains(c, m_in, v))
 
 
 def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:
@@ -217,7 +303,10 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
     out = [_scalar(G, states[-1])]
     align: np.ndarray | None = None
-    for c, m in zip(reversed(components), reversed(states[:-1])):
+    per = [np.full(L, states[0].var)]
+    for c, m in zip(components, states):
+        per.append(position_fwd(c, m, per[-1]))
+    for c, m, p in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1])):
         if isinstance(c, PostNormResidual):
             if align is not None and c.centered:
                 c = dataclasses.replace(c, upstream_align=align)
@@ -225,6 +314,6 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
             total = np.diag(G)
             align = np.divide(branch, total, out=np.zeros_like(total), where=total > 0)  # deep late positions underflow
         else:
-            G, align = position_bwd(c, m, G), None
+            G, align = position_bwd(c, m, G, p), None
         out.append(_scalar(G, m))
     return out[::-1]
