@@ -178,8 +178,8 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
         per process builds from the exact quadrature: 20 row nodes over the L key counts and 10 × 10 pair nodes
         over the causal query pairs (their O(L²) key counts histogrammed once, then a Horner recursion over the
         L first counts);
-      * a rank-collapsed causal Post-LN decoder's per-position backward: O(N·L²), one L × L gradient covariance
-        per sublayer;
+      * a causal stack's per-position backward (every causal stack but a Post-LN one short of collapse):
+        O(N·L²), one L × L gradient covariance per sublayer;
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
         Carlo token-Gram recursion at the config's T tokens, R = 2048 query rows per block in S·⌈R/(S·T)⌉ heads
         of T rows (S = 8 sampled Zipf sequences): O(N·R·d·(T + d_k)) multiply-adds, O(N·R·d·(1 + 2d_k/T)) Gaussian
