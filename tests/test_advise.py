@@ -149,3 +149,23 @@ def test_range_test_finds_the_known_optimum_of_a_synthetic_loss():
 def test_range_test_stops_when_the_loss_explodes():
     t = lr_range_test(lambda lr: 1.0 + (lr / 1e-3) ** 2, 1e-5, 1.0, steps=300)
     assert t.smoothed[-1] > 4 * min(t.smoothed) and t.lrs[-1] < 0.1
+
+
+def test_advise_on_a_transformers_gpt2_plain_and_after_apply():
+    """A GPT-2 from its config (HF's init) and the same after `sigprop.hf.apply` (DSLM): the maps' λ_g agrees
+    with the measured one and the advice is a finite lr inside its interval."""
+    pytest.importorskip("transformers")
+    import sigprop.hf as hf
+    from helpers import HF_VOCAB, gpt2
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, HF_VOCAB, (8, 17), generator=g) for _ in range(2)]
+    plain = gpt2(4, d=64)
+    applied = gpt2(4, d=64)
+    cfg = hf.apply(applied, "dslm")
+    for model, kw in ((plain, {}), (applied, {"hf_config": cfg})):
+        a = advise(model, batches=batches, steps=100, lrs=[1e-3], **kw)
+        assert abs(a.lambda_g - a.lambda_g_measured) <= 0.03 + 0.1 * abs(a.lambda_g)
+        assert a.lr_interval[0] <= a.recommended_lr <= a.lr_interval[1] <= a.max_stable_lr * (1 + 1e-12)
+        assert math.isfinite(a.lambda_a) and a.lambda_a_measured is None
