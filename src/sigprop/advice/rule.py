@@ -32,16 +32,17 @@ OUTCOMES = ("diverges", "stalls", "trains")
 
 @dataclass(frozen=True)
 class Rule:
-    """The constants of the advice (module docstring)."""
+    """The constants of the advice (module docstring). Defaults: the fit of bench/advise.py on its calibration
+    sweeps; docs/advise.md reports what that fit can and cannot say."""
 
-    c_eos: float = 1.0           # edge-of-stability limit multiplier
-    c_out: float = 1.0           # output-change limit multiplier
-    c_att: float = 1.0           # attention-logit limit multiplier
-    c_line: float = 1.0          # one-step-loss limit multiplier
-    ratio: float = 0.5           # recommended lr / η_max
-    ratio_lo: float = 0.25       # interval low end / η_max
-    ratio_hi: float = 1.0        # interval high end / η_max
-    kappa: float = 1.0           # progress needed, in units of the gap to the training level
+    c_eos: float = 3444.31          # edge-of-stability limit multiplier
+    c_out: float = 3444.31          # output-change limit multiplier
+    c_att: float = 3444.31          # attention-logit limit multiplier
+    c_line: float = 3444.31         # one-step-loss limit multiplier
+    ratio: float = 0.0110485        # recommended lr / η_max
+    ratio_lo: float = 0.000654402    # interval low end / η_max
+    ratio_hi: float = 0.0282545     # interval high end / η_max
+    kappa: float = 45.2548          # progress needed, in units of the gap to the training level
     collapse: float = 0.99       # last block's token correlation at init that makes the stack rank-collapsed
 
     def __post_init__(self) -> None:
