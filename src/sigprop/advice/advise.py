@@ -21,6 +21,7 @@ that is not positive.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -52,6 +53,7 @@ from .exponents import angle_exponents_measured, angle_exponents_theory, gradien
 from .probe import Group, Probe, probe
 from .rule import Rule, limits, max_stable_lr, outcome, schedule_area
 
+REPORT_PASSES = 2                                       # the report's measured λ_a and λ_g: one pass each
 LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
 
 
@@ -200,8 +202,7 @@ def model_inputs(model: nn.Module, batches: Sequence[Any], optim: OptimConfig, s
         raise ValueError(f"advise: give at least two batches (one to train on, one held out), got {len(batches)}")
     train, heldout = [b if isinstance(b, Batch) else _next_token(b) for b in (batches[0], batches[-1])]
     if unigram is None:
-        vocab = output_tensor(model(*heldout.inputs[:1])).shape[-1] if False else _vocab(model)
-        unigram = unigram_nll(train.inputs[0], heldout.targets, vocab)
+        unigram = unigram_nll(train.inputs[0], heldout.targets, _vocab(model))
     if _is_hf(model):
         if hf_config is not None or getattr(model, "sigprop_config", None) is not None:
             from ..hf import param_groups
@@ -251,7 +252,6 @@ def _report_hf(model: nn.Module, batch: Batch) -> tuple[list[float], list[float]
 
 
 def _twin(model: nn.Module) -> nn.Module:
-    import copy
     return copy.deepcopy(model).double()
 
 
@@ -319,7 +319,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
         grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=blocks[-1].token_corr,
         logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
-        passes=p.passes + 4, cost_s=time.perf_counter() - start, probe=p)
+        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p)
 
 
 def write_json(advice: Advice, path: str | Path) -> None:
