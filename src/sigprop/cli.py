@@ -54,6 +54,7 @@ DELEGATED = {
               "train a grid of configs: --config FILE [--jobs N] [--resume | --report-only]"),
     "grow": ("sigprop.train.grow_command", "grow_main",
              "make a trained run deeper: --run RUN --to N [--every J | --at top] --mode MODE --out NEWRUN"),
+    "advise": ("sigprop.advice.commands", "advise_main", "lr advice at init: --config FILE [--lrs ...] [--json P]"),
     "simulate": ("sigprop.simulate.commands", "simulate_main",
                  "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
 }

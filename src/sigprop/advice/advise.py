@@ -1,0 +1,327 @@
+r"""`advise(model_or_cfg, ...)`: a signal-propagation report at init and a learning-rate advice, without a run.
+
+For a run config (a `RunConfig` or its TOML path) the model is built and seeded as `sigprop train` builds it,
+and the probe reads the run's first training batch and its validation batch; for a sigprop model, a
+`ModelConfig` or a Hugging Face causal LM (plain or after `sigprop.hf.apply`) the caller gives the token
+batches (B, T + 1) and the optimizer settings. Everything comes from at most a few tens of forward/backward
+passes (`probe`), never from training:
+
+1. the report at init: measured forward-variance range and gradient spread over the blocks, the exponents
+   λ_a, λ_g per block and for the model from the moment maps, each beside its finite-network estimate
+   (`exponents`), rank collapse (the last block's token correlation) and the attention-logit and
+   correlation growth per unit lr;
+2. the largest stable lr, a recommended lr and an interval (`rule`);
+3. per lr asked for, the predicted outcome (``diverges``, ``stalls``, ``trains``) and the quantity that
+   decides it.
+
+The loss is the run's: the mean next-token (or masked-token) cross-entropy, plus its z-loss, in float64.
+Refused with an error naming the reason: a model without a moment map (NotImplementedError from the
+prediction), the ViT (no token frequencies for the stall level), a gradient that is not finite at init, an lr
+that is not positive.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..diagnostics import measure
+from ..diagnostics.measure import output_tensor
+from ..experiments.training import unigram_nll
+from ..models import ModelConfig, build_model, calibrate
+from ..models.predict import model_chain, predict
+from ..records import Record
+from ..train.config import OptimConfig, RunConfig, load_config
+from ..train.data import DataBundle, prepare_data
+from ..train.objectives import IGNORE, Batch
+from ..train.optim import make_optimizer
+from ..train.run import seed_everything
+from ..train.sampler import EpochSampler, generator
+from ..train.schedules import lr_at
+from ..train.trainer import EVAL_STREAM
+from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
+from .probe import Group, Probe, probe
+from .rule import Rule, limits, max_stable_lr, outcome, schedule_area
+
+REPORT_PASSES = 2                                       # the report's measured λ_a and λ_g: one pass each
+LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The report and the advice (module docstring)."""
+
+    recommended_lr: float
+    lr_interval: tuple[float, float]
+    max_stable_lr: float
+    decided_by: str                                   # the limit that sets max_stable_lr
+    limits: dict[str, float]                          # every limit after the rule's multiplier
+    predictions: list[dict[str, Any]]                 # {"lr", "outcome", "reason"}
+    lambda_a: float                                   # model angle exponent from the maps
+    lambda_g: float                                   # model gradient exponent from the maps
+    lambda_a_measured: float | None                   # the finite network's (None where not measurable)
+    lambda_g_measured: float
+    lambda_a_blocks: list[float]                      # per block, from the maps
+    lambda_g_blocks: list[float]
+    fwd_var_range: tuple[float, float]                # measured min, max of the block outputs' variance
+    grad_spread: float                                # measured max/min of the block outputs' gradient variance
+    rank_collapse: float                              # measured token correlation after the last block
+    logit_growth: float                               # d max attention logit / d lr
+    corr_growth: float                                # d (last block token correlation) / d lr
+    unigram_loss: float
+    init_loss: float
+    passes: float                                     # forward + backward passes spent
+    cost_s: float                                     # wall seconds of the advice
+    probe: Probe = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON schema of ``sigprop advise --json``, plus the report's fields under ``report``."""
+        report = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k not in ("recommended_lr", "lr_interval", "max_stable_lr", "predictions", "cost_s", "probe")}
+        return {"recommended_lr": self.recommended_lr, "lr_interval": list(self.lr_interval),
+                "max_stable_lr": self.max_stable_lr, "predictions": self.predictions,
+                "exponents": {"lambda_a": self.lambda_a, "lambda_g": self.lambda_g}, "cost_s": self.cost_s,
+                "report": _finite(report)}
+
+    def table(self) -> str:
+        """The short terminal table."""
+        meas_a = "-" if self.lambda_a_measured is None else f"{self.lambda_a_measured:+.4f}"
+        rows = [
+            "signal propagation at init (maps | finite network)",
+            f"  lambda_a (angle)     {self.lambda_a:+.4f} | {meas_a}",
+            f"  lambda_g (gradient)  {self.lambda_g:+.4f} | {self.lambda_g_measured:+.4f}",
+            f"  forward variance     {self.fwd_var_range[0]:.3g} .. {self.fwd_var_range[1]:.3g}",
+            f"  gradient spread      {self.grad_spread:.3g}x",
+            f"  rank collapse        last-block token correlation {self.rank_collapse:.3f}",
+            f"  per unit lr          attention logit {self.logit_growth:+.3g}, token correlation "
+            f"{self.corr_growth:+.3g}",
+            "learning rate",
+            f"  max stable lr        {self.max_stable_lr:.3g}  ({self.decided_by})",
+            f"  recommended lr       {self.recommended_lr:.3g}  [{self.lr_interval[0]:.3g}, {self.lr_interval[1]:.3g}]",
+            f"  {'lr':>10s}  {'outcome':9s}  reason",
+        ]
+        rows += [f"  {p['lr']:10.3g}  {p['outcome']:9s}  {p['reason']}" for p in self.predictions]
+        rows.append(f"cost: {self.passes:.0f} forward+backward passes, {self.cost_s:.1f} s")
+        return "\n".join(rows)
+
+
+def _finite(x: Any) -> Any:
+    """JSON-safe: inf/nan floats become None, tuples lists."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def lm_loss(z_loss: float = 0.0):
+    """The run's loss on a `Batch`, in the model's dtype: mean cross-entropy over target positions (+ z-loss)."""
+    def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = output_tensor(model(*batch.inputs))
+        flat, tgt = logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1)
+        keep = tgt != IGNORE
+        value = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
+        if z_loss > 0:
+            value = value + z_loss * (flat.logsumexp(-1).square() * keep).sum()
+        return value / keep.sum().clamp_min(1)
+    return loss
+
+
+def _output(model: nn.Module, batch: Batch) -> torch.Tensor:
+    return output_tensor(model(*batch.inputs))
+
+
+def _groups(optimizer_groups: Sequence[dict[str, Any]]) -> list[Group]:
+    return [Group(list(g["params"]), g.get("lr_mult", 1.0), g["eps"], g["weight_decay"]) for g in optimizer_groups]
+
+
+def _next_token(ids: torch.Tensor) -> Batch:
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2 or ids.shape[1] < 3:
+        raise ValueError("advise: batches must be (B, T + 1) token-id tensors with T + 1 >= 3 (inputs and their "
+                         "next tokens) or sigprop Batch objects")
+    return Batch((ids[:, :-1],), ids[:, 1:])
+
+
+def _is_hf(model: nn.Module) -> bool:
+    return hasattr(model, "config") and hasattr(model, "base_model") and not hasattr(model, "moment_chain")
+
+
+@dataclass
+class _Inputs:
+    model: nn.Module
+    groups: list[Group]
+    train: Batch
+    heldout: Batch
+    unigram: float
+    optim: OptimConfig
+    steps: int
+    data: DataBundle | None = None                # a run config's data (train split, for the range test)
+
+
+def run_inputs(cfg: RunConfig) -> _Inputs:
+    """The model, optimizer groups, first training batch, validation batch and unigram loss of a run config,
+    as `sigprop train` sets them up (same seeds, same batches)."""
+    if cfg.objective == "digits":
+        raise NotImplementedError("advise: arch 'vit' (digits) is not judged: the stall level needs token "
+                                  "frequencies (the unigram loss of text)")
+    data = prepare_data(cfg, Path(cfg.train.out_dir), save_tokenizer=False)
+    seed_everything(cfg.train.seed)
+    model = build_model(cfg.model)
+    sampler = EpochSampler(len(data.train), cfg.train.seed)
+    train = data.train.batch(sampler.indices(0, cfg.train.batch_size), generator(cfg.train.seed, 0))
+    calibrate(model, train.inputs)
+    n = min(len(data.val), max(cfg.train.eval_batches, 1) * cfg.train.batch_size)
+    heldout = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM))
+    unigram = unigram_nll(data.train.tokens, heldout.targets, data.tokenizer.vocab_size)
+    groups = _groups(make_optimizer(model, cfg.optim, cfg.model).param_groups)
+    return _Inputs(model, groups, train, heldout, unigram, cfg.optim, cfg.train.steps, data)
+
+
+def _plain_groups(model: nn.Module, optim: OptimConfig) -> list[Group]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [Group([p for p in params if p.ndim >= 2], 1.0, optim.eps, optim.weight_decay),
+            Group([p for p in params if p.ndim < 2], 1.0, optim.eps, 0.0)]
+
+
+def model_inputs(model: nn.Module, batches: Sequence[Any], optim: OptimConfig, steps: int,
+                 unigram: float | None, hf_config: ModelConfig | None) -> _Inputs:
+    """The same for a model and caller-given batches: the first trains, the last is held out."""
+    if len(batches) < 2:
+        raise ValueError(f"advise: give at least two batches (one to train on, one held out), got {len(batches)}")
+    train, heldout = [b if isinstance(b, Batch) else _next_token(b) for b in (batches[0], batches[-1])]
+    if unigram is None:
+        unigram = unigram_nll(train.inputs[0], heldout.targets, _vocab(model))
+    if _is_hf(model):
+        if hf_config is not None or getattr(model, "sigprop_config", None) is not None:
+            from ..hf import param_groups
+            cfg = hf_config if hf_config is not None else model.sigprop_config
+            groups = _groups(param_groups(model, cfg, lr=1.0, eps=optim.eps, weight_decay=optim.weight_decay))
+        else:
+            groups = _plain_groups(model, optim)
+    else:
+        groups = _groups(make_optimizer(model, optim, model.cfg).param_groups)
+    return _Inputs(model, groups, train, heldout, unigram, optim, steps)
+
+
+def _vocab(model: nn.Module) -> int:
+    if _is_hf(model):
+        return int(model.config.vocab_size)
+    return int(model.cfg.vocab_size)
+
+
+def _report_sigprop(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float,
+                                                             list[Record]]:
+    """(λ_a per block, λ_g per block from the maps, measured λ_a, measured λ_g, measured records) of a sigprop
+    model on the token batch, in float64."""
+    L = batch.inputs[0].shape[-1]
+    predicted = predict(model, seq_len=L)                  # the maps read the init stds off the model itself
+    la = angle_exponents_theory(model_chain(model, seq_len=L))
+    lg = gradient_exponents(main_stack(predicted))
+    twin = _twin(model)
+    la_m = model_exponent(angle_exponents_measured(twin, batch.inputs, predicted[0].fwd_var))
+    measured = measure(twin, batch.inputs)
+    return la, lg, la_m, model_exponent(gradient_exponents(main_stack(measured))), measured
+
+
+def _report_hf(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float,
+                                                        list[Record]]:
+    """The same for a `transformers` model (`sigprop.hf`): the walked maps; no measured λ_a (no embedding hook)."""
+    from ..hf import diagnose
+    from ..hf import predict as hf_predict
+    from ..hf.walk import Walk, in_mode
+
+    ids = batch.inputs[0]
+    with in_mode(model, "eval"):
+        chain = Walk(model, ids).chain(ids.shape[-1])
+    la = angle_exponents_theory(chain)
+    lg = gradient_exponents(main_stack(hf_predict(model, ids)))
+    measured = diagnose(_twin(model), ids)
+    return la, lg, None, model_exponent(gradient_exponents(main_stack(measured))), measured
+
+
+def _twin(model: nn.Module) -> nn.Module:
+    return copy.deepcopy(model).double()
+
+
+def _records_fn(model: nn.Module, batch: Batch):
+    if _is_hf(model):
+        from ..hf import diagnose
+        return lambda m: diagnose(m, batch.inputs[0])
+    return lambda m: measure(m, batch.inputs)
+
+
+DEFAULT_RULE = Rule()
+
+
+def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: Sequence[float] | None = None,
+           *, batches: Sequence[Any] = (), optim: OptimConfig | None = None, steps: int | None = None,
+           unigram: float | None = None, hf_config: ModelConfig | None = None, rule: Rule = DEFAULT_RULE,
+           iterations: int = 3, seed: int = 0) -> Advice:
+    """The report and lr advice (module docstring) for a run config (`RunConfig` or TOML path), or for a model
+    (sigprop model, `ModelConfig`, or HF causal LM) with ``batches`` (two or more (B, T + 1) id tensors or
+    `Batch` objects: the first trains, the last is held out), ``optim`` (default `OptimConfig()`), ``steps``
+    (default 1000) and optionally the ``unigram`` loss (default: from the batches). ``lrs``: the peak lrs to
+    predict (default: the config's ``optim.lr``). ``hf_config``: what `sigprop.hf.apply` returned (its optimizer
+    rules), if the model was applied."""
+    start = time.perf_counter()
+    if isinstance(model_or_cfg, (str, Path)):
+        model_or_cfg = load_config(model_or_cfg)
+    if isinstance(model_or_cfg, RunConfig):
+        inputs = run_inputs(model_or_cfg)
+    else:
+        model = build_model(model_or_cfg) if isinstance(model_or_cfg, ModelConfig) else model_or_cfg
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"advise takes a RunConfig, a TOML path, a ModelConfig or a model, got "
+                            f"{type(model_or_cfg).__name__}")
+        if not _is_hf(model) and not hasattr(model, "moment_chain"):
+            raise NotImplementedError(f"advise: {type(model).__name__} is neither a sigprop model nor a "
+                                      "transformers model; its moment maps are unknown")
+        inputs = model_inputs(model, batches, optim or OptimConfig(), steps or 1000, unigram, hf_config)
+    optim_cfg = inputs.optim
+    asked = [optim_cfg.lr] if lrs is None else [float(x) for x in lrs]
+    bad = [x for x in asked if not (math.isfinite(x) and x > 0)]
+    if bad or not asked:
+        raise ValueError(f"advise: lrs must be positive finite numbers, got {list(lrs or [])}")
+    hf = _is_hf(inputs.model)
+    la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
+    p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
+              _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
+              sorted(set(LINE_GRID) | set(asked)), iterations=iterations, seed=seed)
+    eta_max, decider = max_stable_lr(p, optim_cfg.beta1, rule)
+    mult = {"edge of stability": rule.c_eos, "output change": rule.c_out, "attention logits": rule.c_att,
+            "one-step loss": rule.c_line}
+    scaled = {k: mult[k] * v for k, v in limits(p, optim_cfg.beta1).items()}
+    area = schedule_area([lr_at(t, inputs.steps, dataclasses.replace(optim_cfg, lr=1.0))
+                          for t in range(inputs.steps)])
+    predictions = []
+    for lr in asked:
+        name, reason = outcome(lr, p, eta_max, decider, area, inputs.unigram, rule)
+        predictions.append({"lr": lr, "outcome": name, "reason": reason})
+    blocks = [r for r in main_stack(list(p.records)) if r.layer >= 1]
+    grads = [r.grad_var for r in blocks if r.grad_var is not None and r.grad_var > 0]
+    return Advice(
+        recommended_lr=rule.ratio * eta_max, lr_interval=(rule.ratio_lo * eta_max, rule.ratio_hi * eta_max),
+        max_stable_lr=eta_max, decided_by=decider, limits=scaled, predictions=predictions,
+        lambda_a=model_exponent(la), lambda_g=model_exponent(lg), lambda_a_measured=la_m, lambda_g_measured=lg_m,
+        lambda_a_blocks=la, lambda_g_blocks=lg,
+        fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
+        grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=blocks[-1].token_corr,
+        logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
+        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p)
+
+
+def write_json(advice: Advice, path: str | Path) -> None:
+    """Write `Advice.to_json` to ``path``."""
+    Path(path).write_text(json.dumps(advice.to_json(), indent=2) + "\n")

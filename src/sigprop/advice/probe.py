@@ -1,0 +1,207 @@
+r"""What a model does along AdamW's first step, measured at init on a few batches (no training run).
+
+AdamW's first bias-corrected step is m̂/(√v̂ + ε) = g/(|g| + ε) per coordinate, so the step of peak lr η is
+Δθ = η d with, per parameter of optimizer group k (lr multiplier μ_k, ε_k, decoupled weight decay w_k),
+
+    d = −μ_k (g/(|g| + ε_k) + w_k θ),                 g = ∇L(θ) on the training batch,
+
+a direction known before any step is taken. `probe` measures along it, on a float64 copy of the model:
+
+* ``slope`` = −∇L·d, the first-order loss decrease per unit lr (training batch);
+* ``sharpness`` = λ_max(P⁻¹H) with P⁻¹ = diag(μ_k/(rms_W(g) + ε_k)), Adam's preconditioned Hessian with its
+  second moment taken per tensor W (one batch's per-coordinate v̂ = g² is dominated by its near-zero
+  entries, which an average over steps fills in; their scale is the tensor's), by ``iterations`` Lanczos
+  steps on the symmetric S H S, S = P^{-1/2}, with central finite-difference Hessian-vector products
+  Hv ≈ [∇L(θ + hv) − ∇L(θ − hv)]/2h. Adam at β₁ sits at its edge of stability when
+  η λ_max(P⁻¹H) = 2(1 + β₁)/(1 − β₁) (38 for β₁ = 0.9; Cohen et al. 2022);
+* ``out_change`` = ‖f(θ + η₀d) − f(θ)‖/(η₀‖f(θ)‖), the relative change of the output (logits) per unit lr
+  on the held-out batch (η₀ = ``step``: the μP-style update size of the whole network);
+* ``logit_growth`` = d max(attention logit)/dη and ``corr_growth`` = d ρ_L/dη (the last block's token
+  correlation: rank collapse) per unit lr, from the records before and after a step η₀;
+* ``line``: (η, held-out loss after the step η d) for every η asked: the one-step loss profile.
+
+Cost: 1 + 2·``iterations`` gradients, two record passes (forward + backward) and one forward per line point
+(counted as a third of a forward + backward), reported as ``passes``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..records import Record
+
+LossFn = Callable[[nn.Module, Any], torch.Tensor]          # (model, batch) -> mean loss (scalar)
+OutputFn = Callable[[nn.Module, Any], torch.Tensor]        # (model, batch) -> output tensor (logits)
+RecordsFn = Callable[[nn.Module], list[Record]]            # model -> per-sublayer records at its parameters
+FORWARD = 1.0 / 3.0                                         # a forward pass, in forward + backward passes
+
+
+@dataclass(frozen=True)
+class Group:
+    """One optimizer group as AdamW sees it: its parameters, lr multiplier, ε and decoupled weight decay."""
+
+    params: list[nn.Parameter]
+    lr_mult: float = 1.0
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Measured at init along AdamW's first step (module docstring); every rate is per unit peak lr."""
+
+    loss0: float                                  # held-out loss at init
+    slope: float                                  # −∇L·d, first-order training-loss decrease per unit lr
+    sharpness: float                              # λ_max(P⁻¹H): Adam's preconditioned sharpness
+    out_change: float                             # relative change of the output per unit lr
+    logit_growth: float                           # d max attention logit / dη (0 without attention records)
+    corr_growth: float                            # d (last block's token correlation) / dη
+    line: tuple[tuple[float, float], ...]         # (η, held-out loss after one step η d)
+    records: tuple[Record, ...]                   # measured at init
+    passes: float                                 # forward + backward passes spent
+
+
+def _flat(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in ts])
+
+
+class _Params:
+    """The trainable parameters of a model as one flat float64 vector, with per-coordinate group constants."""
+
+    def __init__(self, model: nn.Module, groups: Sequence[Group]) -> None:
+        by_id = {id(p): p for p in model.parameters()}
+        self.params = [by_id[id(p)] for g in groups for p in g.params]
+        self.mult = _flat([torch.full((p.numel(),), g.lr_mult, dtype=torch.float64) for g in groups for p in g.params])
+        self.eps = _flat([torch.full((p.numel(),), g.eps, dtype=torch.float64) for g in groups for p in g.params])
+        self.wd = _flat([torch.full((p.numel(),), g.weight_decay, dtype=torch.float64)
+                         for g in groups for p in g.params])
+
+    def tensor_rms(self, flat: torch.Tensor) -> torch.Tensor:
+        """Each coordinate replaced by the root-mean-square of ``flat`` over its parameter tensor."""
+        out, i = torch.empty_like(flat), 0
+        for p in self.params:
+            n = p.numel()
+            out[i:i + n] = flat[i:i + n].square().mean().sqrt()
+            i += n
+        return out
+
+    def get(self) -> torch.Tensor:
+        return _flat([p.detach().double() for p in self.params]).cpu()
+
+    @torch.no_grad()
+    def set(self, theta: torch.Tensor) -> None:
+        i = 0
+        for p in self.params:
+            n = p.numel()
+            p.copy_(theta[i:i + n].view_as(p).to(p.dtype))
+            i += n
+
+
+def _grad(model: nn.Module, params: _Params, loss_fn: LossFn, batch: Any, seed: int) -> torch.Tensor:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)                     # the same dropout masks at every θ (finite differences)
+        loss = loss_fn(model, batch)
+    grads = torch.autograd.grad(loss, params.params, allow_unused=True)
+    return _flat([torch.zeros_like(p) if g is None else g for p, g in zip(params.params, grads)]).double().cpu()
+
+
+def _max_logit(records: Sequence[Record]) -> float:
+    logits = [r.max_logit for r in records if r.max_logit is not None]
+    return max(logits) if logits else 0.0
+
+
+def _last_corr(records: Sequence[Record]) -> float:
+    blocks = [r for r in records if r.layer >= 1 and r.stack == records[-1].stack]
+    return blocks[-1].token_corr if blocks else records[-1].token_corr
+
+
+def lanczos_max(matvec: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor, k: int) -> float:
+    """Largest eigenvalue of the symmetric operator ``matvec`` estimated by ``k`` Lanczos steps from ``start``
+    (full reorthogonalisation): the top Ritz value of the k × k tridiagonal matrix (0 if it is negative)."""
+    basis = [start / start.norm()]
+    alphas: list[float] = []
+    betas: list[float] = []
+    for j in range(k):
+        w = matvec(basis[-1])
+        alphas.append(float(w @ basis[-1]))
+        for q in basis:
+            w = w - (w @ q) * q
+        beta = float(w.norm())
+        if j == k - 1 or beta < 1e-12 * max(abs(a) for a in alphas):
+            break
+        betas.append(beta)
+        basis.append(w / beta)
+    n = len(alphas)
+    t = torch.diag(torch.tensor(alphas, dtype=torch.float64))
+    for i, b in enumerate(betas[:n - 1]):
+        t[i, i + 1] = t[i + 1, i] = b
+    return max(float(torch.linalg.eigvalsh(t)[-1]), 0.0)
+
+
+def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn: OutputFn, records_fn: RecordsFn,
+          train_batch: Any, heldout_batch: Any, lrs: Sequence[float], iterations: int = 4, step: float = 1e-3,
+          seed: int = 0) -> Probe:
+    """Measure ``model`` at its current parameters along AdamW's first step (module docstring), on a float64
+    copy (the model itself is left as it is). ``groups`` name the copy's parameters by the original's order."""
+    if iterations < 1:
+        raise ValueError(f"advise: iterations={iterations} must be >= 1 (Lanczos steps)")
+    originals = [p for g in groups for p in g.params]
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    if not originals or any(id(p) not in index for p in originals):
+        raise ValueError("advise: the optimizer groups must hold trainable parameters of the model")
+    twin = copy.deepcopy(model).double()
+    twin_params = list(twin.parameters())
+    groups = [Group([twin_params[index[id(p)]] for p in g.params], g.lr_mult, g.eps, g.weight_decay) for g in groups]
+    ps = _Params(twin, groups)
+    theta = ps.get()
+    passes = 0.0
+
+    g = _grad(twin, ps, loss_fn, train_batch, seed)
+    passes += 1
+    if not torch.isfinite(g).all():
+        raise ValueError("advise: the gradient at init is not finite; the model cannot be judged at this init")
+    direction = -ps.mult * (g / (g.abs() + ps.eps) + ps.wd * theta)
+    slope = float(-(g @ direction))
+
+    scale = (ps.mult / (ps.tensor_rms(g) + ps.eps)).sqrt()          # S = P^{-1/2}
+    def hvp(v: torch.Tensor) -> torch.Tensor:                      # S H S v, central differences
+        w = scale * v
+        h = 1e-4 * theta.norm() / w.norm()
+        ps.set(theta + h * w)
+        g_plus = _grad(twin, ps, loss_fn, train_batch, seed)
+        ps.set(theta - h * w)
+        g_minus = _grad(twin, ps, loss_fn, train_batch, seed)
+        return scale * (g_plus - g_minus) / (2 * h)
+
+    sharp = lanczos_max(hvp, scale * g, iterations)
+    passes += 2 * iterations
+    ps.set(theta)
+
+    with torch.no_grad():
+        out0 = output_fn(twin, heldout_batch).double()
+        loss0 = float(loss_fn(twin, heldout_batch))
+    before = records_fn(twin)
+    ps.set(theta + step * direction)
+    with torch.no_grad():
+        out1 = output_fn(twin, heldout_batch).double()
+    after = records_fn(twin)
+    passes += 2 + 2 * FORWARD
+    line = []
+    for lr in lrs:
+        ps.set(theta + lr * direction)
+        with torch.no_grad():
+            value = float(loss_fn(twin, heldout_batch))
+        line.append((float(lr), value if math.isfinite(value) else math.inf))
+        passes += FORWARD
+    ps.set(theta)
+    return Probe(loss0=loss0, slope=slope, sharpness=sharp,
+                 out_change=float((out1 - out0).norm() / out0.norm()) / step,
+                 logit_growth=(_max_logit(after) - _max_logit(before)) / step,
+                 corr_growth=(_last_corr(after) - _last_corr(before)) / step,
+                 line=tuple(line), records=tuple(before), passes=passes)
