@@ -180,7 +180,7 @@ def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
             b.axvline(compute_at(e["attrs"], e["attrs"]["grow_at"]), color=f"C{i}", ls=":", lw=0.8)
     log_ticks(a, [lr for e in summary["models"].values() for lr in e["lr_grid"]])
     a.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title="lr grids")
-    b.set(xlabel="training FLOPs per token of a step, cumulative", ylabel="validation loss (nats)",
+    b.set(xlabel="training FLOPs per token, summed over the steps so far", ylabel="validation loss (nats)",
           title="scored runs (dotted: growth)")
     for ax in (a, b):
         ax.legend(fontsize=7)
