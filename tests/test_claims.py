@@ -118,13 +118,15 @@ DSLM = {"depth": 4, "deep_depth": 8, "width": 16, "heads": 2}
 DGRID = [3e-3, 1e-2, 3e-2]
 
 
-def dslm_points(dslm_final, std_final, steps_ok=True):
+def dslm_points(dslm_final, std_final, admin_final=((5.0, 5.0), (5.0, 5.0))):
     u = 5.0
     out = []
     for n in ("preln", "postln"):
         out += tuned(f"dslm-{n}", DGRID, [4.8, 4.5, 4.9], 1e-2, dslm_final, u, (0, 1))
         out += [pt(f"standard-{n}", "tuning", g, TUNING, x, u) for g, x in zip(DGRID, [5.0, 5.0, 5.1])]
         out += [pt(f"standard-{n}", "scored", 1e-2, s, x, u) for s, x in zip((0, 1), std_final)]
+    for mode, finals in zip(("profile", "constant"), admin_final):
+        out += tuned(f"admin-{mode}", DGRID, [5.0, 4.7, 5.0], 1e-2, finals, u, (0, 1))
     return out + [pt("dslm-preln-deep", "scored", 1e-2, s, 4.6, u) for s in (0, 1)]
 
 
@@ -139,6 +141,22 @@ def test_dslm_depth(dslm_final, std_final, steps, verdict):
     assert s["verdict"] == verdict
     r = s["results"]
     assert r["dslm-preln"]["largest_stable_lr"] == 3e-2 and r["standard-preln"]["largest_stable_lr"] is None
+
+
+@pytest.mark.parametrize("admin_final, dslm_final, verdict, answer", [
+    (((4.7, 4.8), (5.0, 5.0)), [4.5, 4.5], "reproduced", "Post-LN models that train: Post-LN Admin (profile), "
+                                                         "Post-LN DSLM"),
+    (((4.7, 5.0), (5.0, 5.0)), [4.5, 4.5], "partly", "Post-LN models that train: Post-LN Admin (profile), "
+                                                     "Post-LN DSLM"),
+    (((5.0, 5.0), (5.0, 5.0)), [4.95, 4.95], "not reproduced", "no Post-LN model trains"),
+])
+def test_dslm_depth_admin_rule(admin_final, dslm_final, verdict, answer):
+    """Admin's further rule: does an Admin Post-LN model train at depth, and which Post-LN models do."""
+    s = run(dslm_depth, {**DSLM, "steps": 300}, dslm_points(dslm_final, [5.0, 5.0], admin_final))
+    got, reason = s["verdicts"]["admin-postln"]
+    assert got == verdict and reason.endswith(answer + ".")
+    s = run(dslm_depth, {**DSLM, "steps": 200}, dslm_points(dslm_final, [5.0, 5.0], admin_final))
+    assert s["verdicts"]["admin-postln"][0] == "inconclusive"
 
 
 # --- deep-thin: deeper-thinner beats shallow-wide in every setting

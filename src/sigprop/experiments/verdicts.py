@@ -203,6 +203,35 @@ def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: M
     return name, f"{runs}; largest stable lr (tuning seed): {lrs}."
 
 
+def admin_postln(admin: Mapping[str, Model], others: Mapping[str, Model], steps: int, min_seeds: int = 2
+                 ) -> tuple[str, str]:
+    """Admin's claim at depth (Liu et al. 2020, "Understanding the Difficulty of Training Transformers"): with
+    Admin's shortcut weights ω a deep Post-LN Transformer trains, where the standard Post-LN does not.
+
+    ``admin``: the Admin Post-LN models (one per ``admin_mode``), each a tuned model scored at its own lr;
+    ``others``: the claim's other Post-LN models at the same depth (``seeds``, ``final_loss``, ``unigram`` of
+    their scored runs: DSLM Post-LN at its lr, standard Post-LN at DSLM's lr). With `trains`: *reproduced* if
+    some Admin model trains on every scored seed; *partly* if an Admin model trains on some scored seed; *not
+    reproduced* if no Admin run trains. *Inconclusive* if runs are shorter than 300 steps or an Admin model fails
+    the shared tuning rule. The reason answers "does any Post-LN scheme train at this depth?": every Post-LN
+    model with the seeds on which it trains."""
+    problems = [f"{steps} steps, the rule needs {MIN_STEPS}"] if steps < MIN_STEPS else []
+    for label, m in admin.items():
+        problems += tuning_problems(label, m, min_seeds)
+    if not admin:
+        problems.append("no Admin model")
+    if problems:
+        return _inconclusive(problems)
+    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
+    every = [k for k, m in admin.items() if all(ok(m))]
+    some = [k for k, m in admin.items() if any(ok(m))]
+    name = "reproduced" if every else "partly" if some else "not reproduced"
+    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train" for k, m in {**admin, **others}.items())
+    trained = [k for k, m in {**admin, **others}.items() if any(ok(m))]
+    answer = f"Post-LN models that train: {', '.join(trained)}" if trained else "no Post-LN model trains"
+    return name, f"{runs}. {answer}."
+
+
 def deep_thin(settings: Mapping[str, Mapping[str, Model]], min_seeds: int = 2) -> tuple[str, str]:
     """DeepScaleLM's deep-thin claim (Kedia et al. 2024): at equal or fewer parameters the deeper-thinner
     model beats the shallow-wide one.
