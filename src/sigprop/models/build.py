@@ -40,7 +40,7 @@ def gc_paused() -> Iterator[None]:
 @contextlib.contextmanager
 def _on_meta() -> Iterator[None]:
     """Construct modules on the meta device, with torch's default initializers skipped (they are replaced by
-    `initialize` anyway, and on meta tensors they only cost time: about 1 ms per block)."""
+    `initialize` anyway, and on meta tensors they only cost time)."""
     saved = {name: getattr(nn.init, name) for name in _TORCH_INITS}
     for name in _TORCH_INITS:
         setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)

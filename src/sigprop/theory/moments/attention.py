@@ -140,7 +140,8 @@ class Attention:
     ``p``: dropout on the softmax probabilities. ``shaped``: A = γ₁I + Softmax(QKᵀ/τ) − γ₂C with
     τ = τ₀√(d·d_k), C uniform over each row's visible keys; otherwise γ₁, γ₂, τ₀ are unused.
     ``exact``: evaluate the softmax functionals by quadrature instead of the Chebyshev tables
-    (`tables`; ≤ 1e-4 relative difference measured, 25–60 ms instead of ~0.3 ms per new input).
+    (`tables`; ≤ 1e-4 relative difference measured, at about a hundred times the cost per new input:
+    bench/predict.py).
     """
 
     d: int

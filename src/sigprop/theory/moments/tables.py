@@ -7,7 +7,8 @@ fluctuation nodes (β² w, ρ̂). They depend on the input only through (β, ρ)
 through (L, causal), and they are analytic in both (Gaussian expectations of entire functions,
 even in β), so tensor Chebyshev interpolation on β ∈ [0, β_max], ρ ∈ [−1, 1] converges
 geometrically. One table per (L, causal) is built from the exact functionals at the nodes
-(0.2–0.35 s at L = 64–128) and then answers in microseconds. Causal tables also keep the
+(O(L) row quadratures and O(L²) query-pair key counts, once) and then answers by a few polynomial
+evaluations (measured: bench/predict.py). Causal tables also keep the
 per-row profiles F2(n), B(n), n = 1..L (`profiles`, for the per-position backward of `causal`).
 
 Transforms: the positive functionals are interpolated in log (relative accuracy where they are
