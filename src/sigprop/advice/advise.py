@@ -83,6 +83,7 @@ class Advice:
     passes: float                                     # forward + backward passes spent
     cost_s: float                                     # wall seconds of the advice
     probe: Probe = field(repr=False)
+    caveat: str = ""                                  # what the rule's calibration cannot vouch for ("" none)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON schema of ``sigprop advise --json``, plus the report's fields under ``report``."""
@@ -112,6 +113,8 @@ class Advice:
         ]
         rows += [f"  {p['lr']:10.3g}  {p['outcome']:9s}  {p['reason']}" for p in self.predictions]
         rows.append(f"cost: {self.passes:.0f} forward+backward passes, {self.cost_s:.1f} s")
+        if self.caveat:
+            rows.append(f"caveat: {self.caveat}")
         return "\n".join(rows)
 
 
@@ -319,7 +322,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
         grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=blocks[-1].token_corr,
         logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
-        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p)
+        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p, caveat=rule.caveat)
 
 
 def write_json(advice: Advice, path: str | Path) -> None:

@@ -44,6 +44,8 @@ class Rule:
     ratio_hi: float = 0.0282545     # interval high end / η_max
     kappa: float = 45.2548          # progress needed, in units of the gap to the training level
     collapse: float = 0.99       # last block's token correlation at init that makes the stack rank-collapsed
+    caveat: str = ("the calibration sweeps never reached a diverging lr, so the limit multipliers are not identified "
+                   "and the largest stable lr is extrapolated beyond every lr they tried (docs/advise.md)")
 
     def __post_init__(self) -> None:
         for name in ("c_eos", "c_out", "c_att", "c_line", "ratio", "ratio_lo", "ratio_hi", "kappa"):
