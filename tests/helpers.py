@@ -1,6 +1,7 @@
 """Helpers several test files share (the fixtures live in conftest.py): the shipped configs folder
 (`CONFIGS`), the overrides that make a training run take seconds (`FAST_TRAIN`), the `sigprop train`
-argument list (`train_argv`), a run's loss curve (`loss_curve`), a training run on 2 gloo ranks under
+argument list (`train_argv`), a run's loss curve (`loss_curve`), a callback that stops a run after a step
+(`StopAt`), a training run on 2 gloo ranks under
 torchrun (`torchrun`), the check of one AdamW step against the per-parameter rules
 (`assert_first_adamw_step`), the check that a measurement leaves existing gradients as found
 (`grads_as_found`), and tiny randomly initialized transformers models (`gpt2`, `bert`, `llama`) with their
@@ -20,7 +21,7 @@ import pytest
 import torch
 
 from sigprop.diagnostics.measure import output_tensor
-from sigprop.train import read_jsonl
+from sigprop.train import Callback, read_jsonl
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FAST_TRAIN = ("data.max_chars=100000", "model.d_model=32", "data.seq_len=32", "train.progress=false")
@@ -34,6 +35,17 @@ def set_args(sets) -> list[str]:
 def train_argv(config: str, *sets: str) -> list[str]:
     """`sigprop train` arguments for the shipped ``configs/CONFIG.toml`` with each override set."""
     return ["--config", str(CONFIGS / f"{config}.toml"), *set_args(sets)]
+
+
+class StopAt(Callback):
+    """Ask the trainer to stop (checkpoint, then return) once it has done ``step`` steps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, trainer) -> None:
+        if trainer.state.step == self.step:
+            trainer.request_stop("test")
 
 
 def loss_curve(out: Path) -> list[tuple[str, int, float]]:

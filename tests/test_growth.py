@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers import CONFIGS, FAST_TRAIN, loss_curve
+from helpers import CONFIGS, FAST_TRAIN, StopAt, loss_curve
 from sigprop.train import Callback, list_checkpoints, load_config, load_run, read_jsonl, train
 
 FAST = [*FAST_TRAIN, "train.eval_batches=1", "optim.warmup_steps=2", "train.batch_size=4", "train.steps=8",
@@ -12,15 +12,6 @@ GROW = ["train.grow_at=4", "train.grow_to=5", "train.grow_every=1"]
 
 def cfg_for(out, *sets):
     return load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={out}", *sets])
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer):
-        if trainer.state.step == self.step:
-            trainer.request_stop("test")
 
 
 @pytest.fixture(scope="module")

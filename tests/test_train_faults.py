@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import CONFIGS, FAST_TRAIN, loss_curve, train_argv
+from helpers import CONFIGS, FAST_TRAIN, StopAt, loss_curve, train_argv
 from sigprop.train import (
     Callback,
     CheckpointError,
@@ -31,15 +31,6 @@ FAST = [*FAST_TRAIN, "train.eval_batches=1", "optim.warmup_steps=3", "model.drop
 
 def cfg_for(out: Path, *sets: str):
     return load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={out}", *sets])
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer):
-        if trainer.state.step == self.step:
-            trainer.request_stop("test")
 
 
 @pytest.fixture(scope="module")
