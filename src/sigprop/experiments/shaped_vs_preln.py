@@ -32,7 +32,7 @@ from . import verdicts
 from .claim import Claim, Model, lr_text, stat_text, tuned
 from .report import Table
 from .shaped_setup import shaped_model, tables
-from .training import finished, mean_curve
+from .training import mean_curve, undiverged_curves
 from .tuning import MAX_EXTEND, TUNING_SEED
 
 BASELINE = "preln"
@@ -98,7 +98,7 @@ def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
         a.plot(e["lr_grid"], t["loss"], "o-", color=color, ms=3, label=e["label"])
         if t["best_lr"] is not None:
             a.plot([t["best_lr"]], [t["loss"][e["lr_grid"].index(t["best_lr"])]], "o", mfc="none", ms=9, color=color)
-        curve = mean_curve(finished([r for r in data[key] if r["role"] == "scored"], "val_curve"))
+        curve = mean_curve(undiverged_curves([r for r in data[key] if r["role"] == "scored"], "val_curve"))
         b.plot(curve["step"], curve["mean"], color=color, lw=2.5 if key == BASELINE else 1.2, label=e["label"])
         for blk in e["scored"]:
             c.scatter(np.full(len(blk["final_loss"]), i), blk["final_loss"], s=12, color=color, zorder=3)
