@@ -39,7 +39,7 @@ BASELINE = "preln"
 FF_MULT = 2                      # MLP width / model width (BERT uses 4; 2 fits the CPU budget)
 FULL = {"steps": 450, "batch_size": 16, "n_layers": 8, "d_model": 64, "eval_batches": 8, "jobs": 2,
         "max_extend": MAX_EXTEND, "seeds": (0, 1, 2), "tuning_seed": TUNING_SEED, "gammas": (0.05, 0.1, 0.2),
-        "shapings": ("recover", "learn"), "qk_scaling": "init",
+        "shapings": ("recover", "learn"), "qk_scaling": "weights",
         "preln_lrs": (2.5e-3, 5e-3, 1e-2, 2e-2), "shaped_lrs": (1.25e-3, 2.5e-3, 5e-3, 1e-2)}
 QUICK = {**FULL, "steps": 16, "batch_size": 8, "n_layers": 2, "d_model": 32, "eval_batches": 4, "jobs": 1,
          "max_extend": 0, "seeds": (0,), "gammas": (0.05,), "preln_lrs": (5e-3, 1e-2), "shaped_lrs": (2.5e-3, 5e-3)}
