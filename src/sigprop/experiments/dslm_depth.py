@@ -5,8 +5,8 @@ Post-LN init diverges or stalls; (b) a 1000-layer thin model trains with DSLM.
 
 Setup: causal LM on the embedded corpus ("pydoc", BPE vocabulary 512), width 64, 4 heads, seq 32, batch 8,
 300 steps for every run: scheme "preln" and "postln" (standard init), "dslm" with norm placement "pre"
-and "post" (theirs); AdamW, linear warmup over 10 % of the steps, then a constant lr (no decay that could rescue a run
-late), global gradient-norm clip 1.0.
+and "post" (theirs); AdamW, linear warmup over 10 % of the steps, then a constant lr (no decay that could
+rescue a run late), global gradient-norm clip 1.0.
 
 Learning rates: each 192-layer model is tuned on the tuning seed over ``lrs``; from those runs each model's
 *largest stable lr* (the largest lr whose run trains) and each DSLM model's chosen lr. Scored (seeds 0, 1):
