@@ -61,7 +61,7 @@ class Case:
         self.layers, self.width, self.mode, self.args = layers, width, mode, args
         self.device = torch.device(args.device)
         torch.manual_seed(0)
-        cfg = ModelConfig(arch="decoder", scheme="dslm", norm="preln", vocab_size=args.vocab, d_model=width,
+        cfg = ModelConfig(arch="decoder", scheme="dslm", norm_placement="pre", vocab_size=args.vocab, d_model=width,
                           n_layers=layers, n_heads=args.heads, d_ff=4 * width, max_seq_len=args.seq)
         self.model = build_model(cfg).to(self.device)
         self.n_params = sum(p.numel() for p in self.model.parameters())

@@ -79,7 +79,7 @@ part depth "${LIMITS[2]}" "$PY" bench/depth.py cases --device "$DEV" "${DEPTH[@]
 fsdp_run() {
   local run="$OUT/fsdp-run" args=(--config configs/tiny_decoder.toml)
   local s
-  for s in model.scheme=dslm model.norm=preln train.distributed=fsdp train.precision=bf16 train.eval_batches=0 \
+  for s in model.scheme=dslm model.norm_placement=pre train.distributed=fsdp train.precision=bf16 train.eval_batches=0 \
            train.diag_every=0 train.progress=false train.ckpt_every=0 "train.out_dir=$run" "${FSDP_SETS[@]}"; do
     args+=(--set "$s")
   done

@@ -105,7 +105,7 @@ def main() -> None:
             use_rule(rule)
             for d in args.widths:
                 cfg = ModelConfig(arch="decoder", vocab_size=run.model.vocab_size, d_model=d, n_heads=4,
-                                  n_layers=LAYERS, max_seq_len=args.max_seq_len, scheme="dslm", norm="postln")
+                                  n_layers=LAYERS, max_seq_len=args.max_seq_len, scheme="dslm", norm_placement="post")
                 rows.append((RULES[rule], d, spreads(cfg, data)))
     keys = list(rows[0][2])
     print("| V/O rule | width | " + " | ".join(keys) + " |\n|---|---|" + "---|" * len(keys))

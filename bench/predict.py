@@ -17,16 +17,16 @@ import time
 
 import numpy as np
 
-CONFIGS = [("preln", None), ("postln", None), ("dslm", "preln"), ("dslm", "postln")]
+CONFIGS = [("preln", None), ("postln", None), ("dslm", "pre"), ("dslm", "post")]
 LAYERS, SEQS = (48, 192, 1000), (32, 128)
 SIZE = {"arch": "decoder", "d_model": 256, "n_heads": 4, "max_seq_len": 128, "vocab_size": 50257}
 
 
-def one(scheme: str, norm: str | None, layers: int, seq: int) -> tuple[float, float, float, float]:
+def one(scheme: str, placement: str | None, layers: int, seq: int) -> tuple[float, float, float, float]:
     """Wall and CPU seconds of this process for a first and a second predict: (cold wall, warm wall, cold CPU,
     warm CPU). On a shared machine the wall time includes waiting for a core; the CPU time does not."""
     from sigprop.models import ModelConfig, predict
-    cfg = ModelConfig(scheme=scheme, norm=norm, n_layers=layers, **SIZE)
+    cfg = ModelConfig(scheme=scheme, norm_placement=placement, n_layers=layers, **SIZE)
     wall, cpu = [], []
     for _ in range(2):
         t, c = time.perf_counter(), time.process_time()
@@ -50,12 +50,12 @@ def main() -> None:
 
     print("| config (decoder, d 256) | layers | seq_len | cold s | warm s | cold CPU s | warm CPU s |"
           "\n|---|---|---|---|---|---|---|")
-    for scheme, norm in CONFIGS:
+    for scheme, placement in CONFIGS:
         for layers in LAYERS:
             for seq in SEQS:
-                out = subprocess.run([sys.executable, __file__, "--one", scheme, str(norm), str(layers), str(seq)],
+                out = subprocess.run([sys.executable, __file__, "--one", scheme, str(placement), str(layers), str(seq)],
                                      check=True, capture_output=True, text=True).stdout.split()
-                print(f"| {scheme} {norm or ''} | {layers} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
+                print(f"| {scheme} {placement or ''} | {layers} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
                       + " |", flush=True)
 
     print("\n| one causal attention map, L | exact s | table s (warm) | table build s |\n|---|---|---|---|")

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from sigprop.experiments import deep_thin, depth_transfer, dslm_depth, entropy_collapse, shaped_vs_preln
 from sigprop.experiments.claim import summarize
 from sigprop.experiments.shaped_setup import DATA, MODEL
+from sigprop.models import ModelConfig
 from sigprop.train.schedules import default_warmup
 
 NAN = math.nan
@@ -255,7 +256,10 @@ def thin(old: dict) -> tuple:
         k, g = f"{name}/{p[3]}", p[4]
         if g == "wall_s":
             return CARRIED
-        if g in ("shape", "arch", "scheme", "norm", "n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len",
+        if g == "norm":                                  # the model table's field now, in its old spelling
+            old_norm = ModelConfig.RENAMED_KEYS["norm"]
+            return lambda new: old_norm.old_value(get(new, ("models", k, "attrs", old_norm.new)))
+        if g in ("shape", "arch", "scheme", "n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len",
                  "non_embedding_params"):
             return ("models", k, "attrs", g)
         return model_path(("models", k), p[4:])

@@ -71,7 +71,7 @@ def main() -> None:
         fresh = build_model(cfg.model).train()
         trained.train()
         m = cfg.model
-        print(f"== {run}: {m.scheme} {m.norm or ''}, {m.n_layers} × {m.d_model}, lr {cfg.optim.lr:g}, {ckpt.name}")
+        print(f"== {run}: {m.scheme} {m.norm_placement}, {m.n_layers} × {m.d_model}, lr {cfg.optim.lr:g}, {ckpt.name}")
         print(f"init     max |grad| by block: {row(block_gradients(fresh, ids)[0])}")
         largest, subnormal = block_gradients(trained, ids)
         print(f"trained  max |grad| by block: {row(largest)}   subnormal entries: {subnormal}")

@@ -73,14 +73,15 @@ def model_probes() -> list[tuple[str, Callable[[], Any], str]]:
     bad = {"vocab_size": [0, -1, 2.5, None, "8", True, 5_000_000_000], "d_model": [0, None, 7.0, "64"],
            "n_layers": [0, -3, 1.5], "n_heads": [0, 3, None], "max_seq_len": [0, 2.5], "d_ff": [0, -1, 1.5],
            "dropout": [NAN, -0.1, 1.0, INF, "0"], "bias": [None, "yes", 1], "learn_residual": ["no", 0, None],
-           "scheme": ["nope", None, 3], "arch": ["rnn", None], "norm": ["batch", 1], "norm_type": ["bn", None],
-           "activation": ["tanh", None], "shaping": ["sometimes", None], "qk_scaling": ["fast", None]}
+           "scheme": ["nope", None, 3], "arch": ["rnn", None], "norm_placement": ["batch", 1],
+           "norm_type": ["bn", None], "activation": ["tanh", None], "shaping": ["sometimes", None],
+           "qk_scaling": ["fast", None]}
     shaped = {"tau0": [NAN, INF, 0.0, -1.0, "1.0", None], "c_plus": [NAN, INF, -INF, "0", None],
               "c_minus": [NAN, INF, -INF], "residual_gamma": [NAN, 0.0, 1.5, -0.5, INF],
               "residual_lambda": [NAN, -0.1, 2.0]}
     dslm = {"dslm_k": [NAN, INF, 0.0, -1.0, "2"], "dslm_r0": [NAN, -0.1, 1.5, INF]}
     vit = {"image_size": [0, 9], "patch_size": [0, 5], "in_channels": [0, 1.5], "n_classes": [0, None]}
-    ignored = [("n_dec_layers", 3, {}), ("qk_scaling", "init", {}), ("shaping", "learn", {}), ("tau0", 2.0, {}),
+    ignored = [("n_dec_layers", 3, {}), ("qk_scaling", "weights", {}), ("shaping", "learn", {}), ("tau0", 2.0, {}),
                ("dslm_r0", 0.3, {}), ("dslm_k", 3.0, {}), ("shaping", "learn", {"scheme": "dslm"}),
                ("c_plus", 0.5, {"scheme": "dslm"}), ("vocab_size", 100, {"arch": "vit"}),
                ("image_size", 16, {}), ("norm_type", "rmsnorm", {"scheme": "shaped"}),
@@ -198,7 +199,7 @@ def cli_probes(tmp: Path) -> list[tuple[str, list[str], str]]:
     tau = tmp / "tau.toml"
     tau.write_text("[model]\nscheme = 'shaped'\ntau0 = inf\n")
     ign = tmp / "ign.toml"
-    ign.write_text("[model]\nqk_scaling = 'init'\n")
+    ign.write_text("[model]\nqk_scaling = 'weights'\n")
     notok = tmp / "notok"
     import shutil
     shutil.copytree(run, notok)

@@ -27,8 +27,8 @@ def test_admin_mode_is_validated_and_used_only_by_admin():
         ModelConfig(scheme="admin", admin_mode="learned", **SMALL)
     with pytest.raises(ValueError, match=r"ModelConfig\.admin_mode='constant' has no effect.*scheme 'admin'"):
         ModelConfig(scheme="postln", admin_mode="constant", **SMALL)
-    with pytest.raises(ValueError, match=r"ModelConfig\.norm='preln' is invalid.*\('postln',\)"):
-        ModelConfig(scheme="admin", norm="preln", **SMALL)
+    with pytest.raises(ValueError, match=r"ModelConfig\.norm_placement='pre' is invalid.*\('post',\)"):
+        ModelConfig(scheme="admin", norm_placement="pre", **SMALL)
     with pytest.raises(ValueError, match=r"learn_residual=True is invalid.*'admin'"):
         ModelConfig(scheme="admin", learn_residual=True, **SMALL)
     assert ModelConfig(scheme="admin", **SMALL).admin_mode == "profile"

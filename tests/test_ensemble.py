@@ -48,7 +48,7 @@ def test_row_space_sampler_has_the_law_of_full_weights(block, params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block, kind", [("resnet", "resnet"), ("shaped_attention", "attention"),
+@pytest.mark.parametrize("block, kind", [("resnet", "resnet"), ("shaped_attention", "shaped_attention"),
                                          ("shaped", "transformer")])
 def test_sde_matches_finite_networks(block, kind):
     samples, paths = 1000, 4000

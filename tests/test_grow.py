@@ -104,7 +104,8 @@ def test_identity_growth_keeps_the_function_and_the_model_consistent(name, place
     initialize(grown, grown.cfg, get_scheme(cfg.scheme))                  # every parameter still has a role
 
 
-@pytest.mark.parametrize("kw", [dict(scheme="postln"), dict(scheme="deepnorm"), dict(scheme="dslm", norm="postln")])
+@pytest.mark.parametrize("kw", [dict(scheme="postln"), dict(scheme="deepnorm"),
+                                dict(scheme="dslm", norm_placement="post")])
 def test_identity_is_refused_where_a_norm_follows_the_add(kw):
     model = build_model(ModelConfig(n_layers=2, d_model=32, **kw))
     with pytest.raises(ValueError, match="norm after the add"):

@@ -150,7 +150,7 @@ def test_dslm_forward_variance_stays_near_one_through_48_layers(family):
     torch.manual_seed(0)
     model = MODELS[family](48, d=64)
     cfg = hf.apply(model, "dslm", seq_len=32)
-    assert cfg.scheme == "dslm" and cfg.norm == ("postln" if family == "bert" else "preln")
+    assert cfg.scheme == "dslm" and cfg.norm_placement == ("post" if family == "bert" else "pre")
     records = hf.diagnose(model, torch.randint(0, V, (16, 32)), attention_stats=False)
     assert [(r.layer, r.sublayer) for r in records[:3]] == [(0, "embed"), (1, "attn"), (1, "mlp")]
     assert len(records) == 1 + 2 * 48

@@ -47,11 +47,11 @@ def test_forward_backward_finite(arch, scheme):
     assert sum(g.abs().sum() for g in grads) > 0
 
 
-@pytest.mark.parametrize("norm", ["preln", "postln"])
-def test_dslm_norm_placements_and_rmsnorm(norm):
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_dslm_norm_placements_and_rmsnorm(placement):
     """norm_type="rmsnorm" puts RMSNorm at every norm site (no LayerNorm left); at init (gain 1) each
     output token has unit mean square, x/√(mean x² + ε), without LayerNorm's centring."""
-    cfg = ModelConfig(scheme="dslm", norm=norm, norm_type="rmsnorm", **TINY)
+    cfg = ModelConfig(scheme="dslm", norm_placement=placement, norm_type="rmsnorm", **TINY)
     model = build_model(cfg).double()
     norms = [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
     assert len(norms) >= 2 * cfg.n_layers and all(isinstance(m, nn.RMSNorm) for m in norms)
@@ -119,10 +119,10 @@ def test_residual_and_scheme_combinations():
         ModelConfig(scheme="shaped", residual_lambda=0.9, residual_gamma=0.2)
     ModelConfig(scheme="shaped", residual_lambda=0.9, residual_gamma=0.2, learn_residual=True)
     ModelConfig(scheme="dslm", residual_lambda=0.6, residual_gamma=0.8)
-    with pytest.raises(ValueError, match="norm must be one of \\('none',\\)"):
-        ModelConfig(scheme="shaped", norm="preln")
-    with pytest.raises(ValueError, match="norm must be one of \\('preln', 'postln'\\)"):
-        ModelConfig(scheme="dslm", norm="none")
+    with pytest.raises(ValueError, match="norm_placement must be one of \\('none',\\)"):
+        ModelConfig(scheme="shaped", norm_placement="pre")
+    with pytest.raises(ValueError, match="norm_placement must be one of \\('pre', 'post'\\)"):
+        ModelConfig(scheme="dslm", norm_placement="none")
     with pytest.raises(ValueError, match="only by schemes 'shaped' and 'dslm'"):
         ModelConfig(scheme="preln", residual_gamma=0.5)
     with pytest.raises(ValueError, match="activation must be one of \\('relu', 'shaped_relu'\\)"):
@@ -132,7 +132,7 @@ def test_residual_and_scheme_combinations():
 
 
 def test_config_roundtrip_and_unknown_keys():
-    cfg = ModelConfig(scheme="dslm", norm="postln", **TINY)
+    cfg = ModelConfig(scheme="dslm", norm_placement="post", **TINY)
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown ModelConfig field.*d_modle"):
         ModelConfig.from_dict({**cfg.to_dict(), "d_modle": 3})
@@ -143,3 +143,51 @@ def test_sequence_longer_than_position_table():
     cfg = ModelConfig(**TINY)
     with pytest.raises(ValueError, match="max_seq_len"):
         build_model(cfg)(torch.zeros(1, 13, dtype=torch.long))
+
+
+RENAMED_NORMS = [("dslm", "preln", "pre"), ("dslm", "postln", "post"), ("shaped", "none", "none"), ("dslm", None, None)]
+
+
+@pytest.mark.parametrize("scheme, old, new", RENAMED_NORMS)
+def test_norm_is_the_deprecated_name_of_norm_placement(scheme, old, new):
+    """ModelConfig(norm=...), from_dict of a stored {"norm": ...} and the attribute cfg.norm warn and map to
+    norm_placement exactly (same config, same initialized model); to_dict writes only the new name."""
+    cfg = ModelConfig(scheme=scheme, norm_placement=new, **TINY)
+    with pytest.warns(DeprecationWarning, match="ModelConfig.norm is deprecated; it is called "
+                                                "ModelConfig.norm_placement"):
+        kwarg = ModelConfig(scheme=scheme, norm=old, **TINY)
+    stored = {k: v for k, v in cfg.to_dict().items() if k != "norm_placement"}
+    with pytest.warns(DeprecationWarning, match="ModelConfig.norm is deprecated"):
+        loaded = ModelConfig.from_dict({**stored, "norm": old})
+    assert kwarg == cfg == loaded and kwarg.to_dict() == cfg.to_dict()
+    assert "norm" not in cfg.to_dict() and cfg.to_dict()["norm_placement"] == cfg.norm_placement
+    with pytest.warns(DeprecationWarning, match="read ModelConfig.norm_placement"):
+        assert cfg.norm == {"pre": "preln", "post": "postln", "none": "none"}[cfg.norm_placement]
+    torch.manual_seed(0)
+    a = build_model(kwarg).state_dict()
+    torch.manual_seed(0)
+    b = build_model(cfg).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_norm_and_norm_placement_together_are_refused():
+    with pytest.raises(ValueError, match="ModelConfig.norm and ModelConfig.norm_placement are one field"):
+        ModelConfig(scheme="dslm", norm="preln", norm_placement="pre")
+    with pytest.raises(ValueError, match="norm_placement='preln' is invalid"):     # the old values are not new ones
+        ModelConfig(scheme="dslm", norm_placement="preln")
+
+
+def test_qk_scaling_init_is_the_deprecated_name_of_weights():
+    """qk_scaling="init" warns and is "weights": the same config (written as "weights") and the same model."""
+    cfg = ModelConfig(scheme="shaped", qk_scaling="weights", **TINY)
+    with pytest.warns(DeprecationWarning, match="ModelConfig.qk_scaling='init' is deprecated; it is called 'weights'"):
+        old = ModelConfig(scheme="shaped", qk_scaling="init", **TINY)
+    assert old == cfg and old.to_dict()["qk_scaling"] == "weights"
+    torch.manual_seed(0)
+    a = build_model(old).state_dict()
+    torch.manual_seed(0)
+    b = build_model(cfg).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    torch.manual_seed(0)
+    c = build_model(ModelConfig(scheme="shaped", **TINY)).state_dict()
+    assert not torch.equal(a["stack.blocks.0.attn.fn.q_proj.weight"], c["stack.blocks.0.attn.fn.q_proj.weight"])

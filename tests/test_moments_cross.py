@@ -53,12 +53,12 @@ def test_cross_attention_with_equal_streams_is_self_attention_without_key_overla
     assert g_q.grad_var + g_kv.grad_var == pytest.approx(v_var + qk_var, rel=1e-12)
 
 
-@pytest.mark.parametrize("scheme, norm", [("preln", None), ("dslm", "preln"), ("shaped", None)])
-def test_patch_embedding_matches_the_module(scheme: str, norm: str | None) -> None:
+@pytest.mark.parametrize("scheme, placement", [("preln", None), ("dslm", "pre"), ("shaped", None)])
+def test_patch_embedding_matches_the_module(scheme: str, placement: str | None) -> None:
     """Token-averaged variance and token correlation of `sigprop.nn.PatchEmbedding` as the scheme
     initializes it, on N(0, 1) pixels, against the map `model_chain` builds (mean over 64 networks)."""
-    cfg = ModelConfig(arch="vit", scheme=scheme, norm=norm, d_model=64, n_heads=4, n_layers=1, image_size=16,
-                      patch_size=4, in_channels=3)
+    cfg = ModelConfig(arch="vit", scheme=scheme, norm_placement=placement, d_model=64, n_heads=4, n_layers=1,
+                      image_size=16, patch_size=4, in_channels=3)
     emb = model_chain(cfg)[1][0]
     assert isinstance(emb, PatchEmbedding)
     pred = emb.fwd(Moments(0.0, 1.0, 0.0))

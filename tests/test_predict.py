@@ -32,8 +32,8 @@ from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_p
 
 BAR, SEEDS, BATCH = 0.10, 48, 1
 SIZE = {"d_model": 128, "n_heads": 4, "n_layers": 48, "max_seq_len": 64, "vocab_size": 256}
-CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": ("dslm", "preln"),
-           "dslm-postln": ("dslm", "postln")}
+CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": ("dslm", "pre"),
+           "dslm-postln": ("dslm", "post")}
 
 
 # ------------------------------------------------------------------------------------- fast path vs exact
@@ -69,14 +69,14 @@ def test_fast_attention_matches_exact(kw: dict, m: Moments) -> None:
             assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-3), field
 
 
-@pytest.mark.parametrize("arch, scheme, norm_", [("decoder", "preln", None), ("decoder", "dslm", "preln"),
-                                                  ("encoder", "preln", None)])
+@pytest.mark.parametrize("arch, scheme, placement", [("decoder", "preln", None), ("decoder", "dslm", "pre"),
+                                                      ("encoder", "preln", None)])
 def test_predict_with_the_term_by_term_hypergeometric_is_the_block_series(monkeypatch: pytest.MonkeyPatch, arch: str,
-                                                                          scheme: str, norm_: str | None) -> None:
+                                                                          scheme: str, placement: str | None) -> None:
     """The norms' ₂F₁ (`norm.hyp2f1`, its first terms summed one by one) gives every record of the all-block series
     to 1e-10 relative, float64."""
-    cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm_, d_model=64, n_heads=4, n_layers=4, max_seq_len=32,
-                      vocab_size=256)
+    cfg = ModelConfig(arch=arch, scheme=scheme, norm_placement=placement, d_model=64, n_heads=4, n_layers=4,
+                      max_seq_len=32, vocab_size=256)
 
     def records() -> list[tuple[float, ...]]:
         for cached in (norm.mean_cosine, norm._cross_factor, blocks._forward_states):
@@ -112,12 +112,12 @@ def test_logit_scale_beyond_the_table_uses_the_exact_path_and_hard_max_is_loud()
 
 # ------------------------------------------------------------------------------------------------ coverage
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encdec", "vit"])
-@pytest.mark.parametrize("scheme, norm", [("preln", None), ("postln", None), ("vanilla", None), ("shaped", None),
-                                          ("dslm", "preln"), ("dslm", "postln"), ("deepnorm", None)])
-def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str, norm: str | None) -> None:
+@pytest.mark.parametrize("scheme, placement", [("preln", None), ("postln", None), ("vanilla", None), ("shaped", None),
+                                               ("dslm", "pre"), ("dslm", "post"), ("deepnorm", None)])
+def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str, placement: str | None) -> None:
     """One record per point `measure` reports, same labels and order, finite positive moments."""
     tokens = {} if arch == "vit" else {"max_seq_len": 8, "vocab_size": 50}
-    cfg = ModelConfig(arch=arch, scheme=scheme, norm=norm, d_model=32, n_heads=2, n_layers=3, **tokens)
+    cfg = ModelConfig(arch=arch, scheme=scheme, norm_placement=placement, d_model=32, n_heads=2, n_layers=3, **tokens)
     torch.manual_seed(0)
     measured = measure(build_model(cfg).double(), random_batch(cfg, DiagnoseConfig(seq_len=8, batch=2)),
                        attention_stats=False)
@@ -128,12 +128,12 @@ def test_predict_covers_every_scheme_with_measure_labels(arch: str, scheme: str,
 
 
 @pytest.mark.parametrize("arch", ["decoder", "encdec"])
-def test_shaped_init_form_predicts_like_the_temperature_form(arch: str) -> None:
-    """qk_scaling "init" (W_Q, W_K ~ N(0, n^-3/2), τ = τ₀√n_k) is the "temperature" form's function at init,
+def test_shaped_weights_form_predicts_like_the_temperature_form(arch: str) -> None:
+    """qk_scaling "weights" (W_Q, W_K ~ N(0, n^-3/2), τ = τ₀√n_k) is the "temperature" form's function at init,
     so the predictions agree; the logit scale reaches the maps at the right size (not n× too small)."""
     base = dict(arch=arch, scheme="shaped", d_model=64, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=50)
-    init, temp = (predict(ModelConfig(**base, qk_scaling=q), seq_len=16) for q in ("init", "temperature"))
-    for a, b in zip(init, temp):
+    weights, temp = (predict(ModelConfig(**base, qk_scaling=q), seq_len=16) for q in ("weights", "temperature"))
+    for a, b in zip(weights, temp):
         for field in ("fwd_var", "token_corr", "grad_var"):
             assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), (a.layer, a.sublayer, field)
 
@@ -178,8 +178,8 @@ def measured(measured_networks):
     records."""
     @lru_cache(maxsize=None)
     def get(name: str) -> tuple[np.ndarray, np.ndarray, list[Record]]:
-        scheme, norm = CONFIGS[name]
-        cfg = ModelConfig(scheme=scheme, norm=norm, **SIZE)
+        scheme, placement = CONFIGS[name]
+        cfg = ModelConfig(scheme=scheme, norm_placement=placement, **SIZE)
         fwd, grad, _ = measured_networks(cfg, tuple(range(SEEDS)), token_batch)
         return fwd, grad, predict(cfg, token_collision=1 / cfg.vocab_size)
     return get
@@ -260,8 +260,8 @@ def test_dslm_backward_dip_is_predicted_and_bounded_in_depth(name: str, measured
     measured_min = gradient_ratio(grad.mean(0)).min()
     predicted_min = gradient_ratio(np.array([r.grad_var for r in pred])).min()
     assert abs(measured_min - predicted_min) < 0.1, (measured_min, predicted_min)
-    scheme, norm = CONFIGS[name]
+    scheme, placement = CONFIGS[name]
     deep = [gradient_ratio(np.array([r.grad_var for r in predict(
-        ModelConfig(scheme=scheme, norm=norm, **{**SIZE, "n_layers": n}), token_collision=1 / 256)])).min()
-        for n in (192, 1000)]
+        ModelConfig(scheme=scheme, norm_placement=placement, **{**SIZE, "n_layers": n}),
+        token_collision=1 / 256)])).min() for n in (192, 1000)]
     assert deep == pytest.approx([predicted_min] * 2, abs=0.01)

@@ -23,13 +23,13 @@ BAR = 0.10
 SIZE = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_seq_len": 16, "vocab_size": 256}
 VIT = {"image_size": 16, "patch_size": 4, "in_channels": 3}
 SEEDS, BATCH = {"encdec": 256, "vit": 256}, {"encdec": 1, "vit": 4}
-CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": ("dslm", "preln")}
+CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": ("dslm", "pre")}
 
 
 def config(arch: str, name: str) -> ModelConfig:
-    scheme, norm = CONFIGS[name]
+    scheme, placement = CONFIGS[name]
     size = {k: v for k, v in SIZE.items() if arch != "vit" or k not in ("max_seq_len", "vocab_size")}
-    return ModelConfig(arch=arch, scheme=scheme, norm=norm, **size, **(VIT if arch == "vit" else {}))
+    return ModelConfig(arch=arch, scheme=scheme, norm_placement=placement, **size, **(VIT if arch == "vit" else {}))
 
 
 def model_input(cfg: ModelConfig) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

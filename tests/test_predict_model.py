@@ -44,7 +44,7 @@ def test_mup_prediction_uses_the_stds_the_weights_were_drawn_with() -> None:
 
 
 def test_predict_of_a_config_is_predict_of_the_model_it_builds() -> None:
-    cfg = ModelConfig(**SIZE, scheme="dslm", norm="postln", dropout=0.1)
+    cfg = ModelConfig(**SIZE, scheme="dslm", norm_placement="post", dropout=0.1)
     torch.manual_seed(0)
     assert predict(build_model(cfg), seq_len=16) == predict(cfg, seq_len=16)
 

@@ -151,11 +151,11 @@ def test_dslm_blocks_have_unit_output_variance(arch, r0, sublayer):
     assert abs(est.mean().item() - 1) < 0.05, estimates
 
 
-def test_shaped_qk_scaling_init_draws_qk_from_n_to_minus_three_halves():
-    """W_Q, W_K ~ N(0, n^{-3/2}) (std n^{-3/4}) with qk_scaling="init"; other weights unchanged."""
+def test_shaped_qk_scaling_weights_draws_qk_from_n_to_minus_three_halves():
+    """W_Q, W_K ~ N(0, n^{-3/2}) (std n^{-3/4}) with qk_scaling="weights"; other weights unchanged."""
     n = 128
     torch.manual_seed(0)
-    model = build_model(ModelConfig(scheme="shaped", qk_scaling="init", d_model=n, n_layers=2, vocab_size=64))
+    model = build_model(ModelConfig(scheme="shaped", qk_scaling="weights", d_model=n, n_layers=2, vocab_size=64))
     attn = model.stack.blocks[0].attn.fn
     for w, std in ((attn.q_proj.weight, n ** -0.75), (attn.k_proj.weight, n ** -0.75), (attn.v_proj.weight, n ** -0.5)):
         se = std / math.sqrt(2 * w.numel())                  # standard error of a sample std

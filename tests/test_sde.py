@@ -24,7 +24,7 @@ from sigprop.theory.kernels import shaped_relu_nu, shaped_relu_slopes
 Z_MAX = 5.0  # two-sided z bound per entry: false alarm ≈ 6e-7 per entry, ≤ 21 entries per check
 V_TEST = torch.tensor([[1.0, 0.4, 0.1], [0.4, 1.5, -0.3], [0.1, -0.3, 0.8]], dtype=torch.float64)
 N, N_K, CHUNK = 256, 64, 5_000
-SAMPLES = {"resnet": 40_000, "attention": 40_000, "transformer": 20_000}
+SAMPLES = {"resnet": 40_000, "shaped_attention": 40_000, "transformer": 20_000}
 GAMMA, TAU0 = 0.8, 1.0
 I, J = sde.triu_pairs(3)
 
@@ -104,7 +104,7 @@ def one_layer(kind: str, seed: int) -> dict[str, torch.Tensor]:
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-@pytest.fixture(scope="module", params=["resnet", "attention", "transformer"])
+@pytest.fixture(scope="module", params=["resnet", "shaped_attention", "transformer"])
 def mc(request):
     return request.param, one_layer(request.param, seed=1)
 
@@ -112,7 +112,7 @@ def mc(request):
 def _drift_target(kind: str, resnet_factor: float = 1.0) -> torch.Tensor:
     """Exact finite-n mean: the resnet drift carries the factor c = 2/(s₊² + s₋²) = 1 + O(n^{-1/2})."""
     b = torch.zeros(3, 3)
-    if kind != "attention":
+    if kind != "shaped_attention":
         b = b + resnet_factor * sde.resnet_drift(V_TEST, GAMMA)
     if kind != "resnet":
         b = b + sde.attention_drift(V_TEST, GAMMA, TAU0)
@@ -136,11 +136,11 @@ def test_wrong_drifts_fail_the_same_check(mc):
     m, Vc = 3, V_TEST - V_TEST.mean(0) - V_TEST.mean(1, keepdim=True) + V_TEST.mean()
     s1 = GAMMA**2 / TAU0**2 * V_TEST * (Vc**2).sum() / m**2  # the S₁ (first-order softmax) drift term
     wrong = []
-    if kind != "attention":
+    if kind != "shaped_attention":
         wrong.append(target - 2 * c * sde.resnet_drift(V_TEST, GAMMA))  # ν with flipped sign
     if kind != "resnet":
         wrong.append(target - s1)
-    if kind == "attention":  # without the S₂ term (in the transformer the MLP noise hides it at this size)
+    if kind == "shaped_attention":  # without the S₂ term (in the transformer the MLP noise hides it at this size)
         wrong.append(target - sde.attention_drift(V_TEST, GAMMA, TAU0) + s1)
     for b in wrong:
         assert z_mean(x["drift"], pairs(b)).abs().max() > Z_MAX
@@ -214,7 +214,7 @@ def test_attention_term_is_the_first_order_softmax_covariance():
                           atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["attention", "transformer"])
+@pytest.mark.parametrize("kind", ["shaped_attention", "transformer"])
 def test_structured_and_naive_noise_sample_the_diffusion(kind):
     g = torch.Generator().manual_seed(3)
     S = 100_000
@@ -242,7 +242,7 @@ def test_simulate_structured_and_naive_have_the_same_law():
 def test_blowup_paths_are_stopped_without_nan():
     """Fig. 5 setting: large initial norm and large γ explode in finite time for some paths."""
     V0 = 100.0 * (0.02 * torch.eye(3) + 0.98)  # token norm 10√n, nearly aligned: eigenvalues 2, 2, 296
-    r = sde.simulate("attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0)
+    r = sde.simulate("shaped_attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0)
     assert torch.isfinite(r.V).all()
     assert 0 < int(r.stopped.sum()) < 200
     assert torch.isfinite(r.stop_time[r.stopped]).all() and torch.isinf(r.stop_time[~r.stopped]).all()
@@ -259,7 +259,7 @@ def test_paths_V_is_the_path_tensor_and_stopped_paths_hold_their_last_finite_val
     """SDEPaths.V is the (paths, steps // record_every + 1, m, m) tensor: finite and PSD everywhere;
     a stopped path holds its last accepted value, which for a rejected proposal is below the blow-up norm."""
     V0 = 100.0 * (0.02 * torch.eye(3) + 0.98)
-    r = sde.simulate("attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0, record_every=5)
+    r = sde.simulate("shaped_attention", V0, t=1.0, steps=100, paths=200, gamma=0.9, seed=0, record_every=5)
     assert r.V.shape == (200, 21, 3, 3) and r.times.shape == (21,) and torch.equal(r.V[:, 0], V0.expand(200, 3, 3))
     assert torch.isfinite(r.V).all()
     w = torch.linalg.eigvalsh(r.V)
@@ -273,7 +273,7 @@ def test_paths_V_is_the_path_tensor_and_stopped_paths_hold_their_last_finite_val
 def test_overflowing_proposals_stop_the_path_at_its_last_finite_value():
     """A cubic drift that overflows the dtype in one step is a rejected (non-finite) proposal, not an explosion."""
     V0 = 1e110 * torch.tensor([[1.0, 0.2], [0.2, 1.0]])
-    r = sde.simulate("attention", V0, steps=10, paths=5, gamma=0.9, seed=0, blowup=math.inf)
+    r = sde.simulate("shaped_attention", V0, steps=10, paths=5, gamma=0.9, seed=0, blowup=math.inf)
     assert r.stopped.all() and not r.exploded.any()
     assert torch.equal(r.stop_time, torch.full((5,), 0.1)) and torch.equal(r.V, V0.expand_as(r.V))
 
@@ -288,10 +288,24 @@ def test_identical_tokens_stay_identical(kind):
     assert torch.allclose(rho, torch.ones_like(rho), atol=1e-12)
 
 
+def test_deprecated_kind_attention_warns_and_is_shaped_attention():
+    """"attention" (the old name) gives the shaped-attention SDE's drift, diffusion, noise and paths exactly."""
+    kw = dict(gamma=0.5, tau0=0.8)
+    normals = torch.randn(4, 3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for f, args in ((sde.drift, (V_TEST,)), (sde.diffusion, (V_TEST,)), (sde.structured_noise, (V_TEST, normals))):
+        with pytest.warns(DeprecationWarning, match="kind='attention' is deprecated; it is called 'shaped_attention'"):
+            old = f("attention", *args, **kw)
+        assert torch.equal(old, f("shaped_attention", *args, **kw)), f.__name__
+    with pytest.warns(DeprecationWarning, match="shaped_attention"):
+        old = sde.simulate("attention", V_TEST, steps=5, paths=8, seed=3, **kw)
+    assert torch.equal(old.V, sde.simulate("shaped_attention", V_TEST, steps=5, paths=8, seed=3, **kw).V)
+    assert "attention" not in sde.KINDS
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: sde.drift("mlp", V_TEST, gamma=0.5), "kind"),
-    (lambda: sde.diffusion("attention", V_TEST, gamma=1.5), "gamma"),
-    (lambda: sde.drift("attention", V_TEST, gamma=0.5, tau0=0.0), "tau0"),
+    (lambda: sde.diffusion("shaped_attention", V_TEST, gamma=1.5), "gamma"),
+    (lambda: sde.drift("shaped_attention", V_TEST, gamma=0.5, tau0=0.0), "tau0"),
     (lambda: sde.simulate("resnet", V_TEST, gamma=0.5, method="exact"), "method"),
     (lambda: sde.simulate("resnet", torch.tensor([[1.0, 2.0], [0.0, 1.0]]), gamma=0.5), "symmetric"),
     (lambda: sde.simulate("resnet", torch.tensor([[1.0, 2.0], [2.0, 1.0]]), gamma=0.5), "positive"),

@@ -1,4 +1,6 @@
 """Shaped attention: fused SDPA form equals the explicit matrix; structure of A."""
+import math
+
 import pytest
 import torch
 
@@ -108,21 +110,21 @@ def test_cross_attention_learn_mode_has_no_unused_parameter():
     assert attn.gamma1.abs().sum() == 0
 
 
-def test_qk_scaling_init_is_equal_at_init_and_moves_logits_n_quarter_faster_under_adam():
+def test_qk_scaling_weights_is_equal_at_init_and_moves_logits_n_quarter_faster_under_adam():
     """Same function at init; one Adam step (tiny lr, first order) changes the logits n^{1/4}× more."""
     n, heads, T = 64, 4, 12
     torch.manual_seed(0)
     x = torch.randn(3, T, n, dtype=torch.float64)
     target = torch.randn(3, T, n, dtype=torch.float64)
-    mods = {q: ShapedAttention(n, heads, causal=True, qk_scaling=q).double() for q in ("temperature", "init")}
-    mods["init"].load_state_dict(mods["temperature"].state_dict())
+    mods = {q: ShapedAttention(n, heads, causal=True, qk_scaling=q).double() for q in ("temperature", "weights")}
+    mods["weights"].load_state_dict(mods["temperature"].state_dict())
     with torch.no_grad():
-        for w in (mods["init"].q_proj.weight, mods["init"].k_proj.weight):
+        for w in (mods["weights"].q_proj.weight, mods["weights"].k_proj.weight):
             w.mul_(n ** -0.25)                       # N(0, 1/n) → N(0, n^{-3/2})
     logits = lambda m: m.logits(*m.qkv(x)[:2], None)
     l0 = {q: logits(m) for q, m in mods.items()}
-    finite = l0["init"].isfinite()
-    torch.testing.assert_close(l0["init"][finite], l0["temperature"][finite], rtol=1e-12, atol=1e-12)
+    finite = l0["weights"].isfinite()
+    torch.testing.assert_close(l0["weights"][finite], l0["temperature"][finite], rtol=1e-12, atol=1e-12)
     change = {}
     for q, m in mods.items():
         opt = torch.optim.Adam(m.parameters(), lr=1e-7, eps=1e-30)
@@ -130,7 +132,14 @@ def test_qk_scaling_init_is_equal_at_init_and_moves_logits_n_quarter_faster_unde
         opt.step()
         with torch.no_grad():
             change[q] = (logits(m) - l0[q])[finite].norm()
-    assert change["init"] / change["temperature"] == pytest.approx(n ** 0.25, rel=1e-4)
+    assert change["weights"] / change["temperature"] == pytest.approx(n ** 0.25, rel=1e-4)
+
+
+def test_qk_scaling_init_is_the_deprecated_name_of_weights():
+    with pytest.warns(DeprecationWarning, match="qk_scaling='init' is deprecated; it is called 'weights'"):
+        old = ShapedAttention(64, 4, qk_scaling="init")
+    assert old.scale == ShapedAttention(64, 4, qk_scaling="weights").scale == 1 / math.sqrt(16)
+    assert ShapedAttention(64, 4).scale == 1 / math.sqrt(16 * 64)
 
 
 def test_qk_scaling_is_validated():

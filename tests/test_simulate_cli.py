@@ -28,11 +28,12 @@ def _quantiles(x: np.ndarray) -> dict[str, list[float]]:
 
 
 def test_sde_statistics_are_the_quantiles_of_the_simulated_paths(tmp_path):
-    data = _run(tmp_path, "sde", "--kind", "attention", "--gamma", "0.5", "--paths", "300", "--steps", "40",
+    data = _run(tmp_path, "sde", "--kind", "shaped_attention", "--gamma", "0.5", "--paths", "300", "--steps", "40",
                 "--rho0", "0.3", "--scale", "2", "--seed", "7", "--chunk", "1000")
-    assert data["options"]["gamma"] == 0.5 and data["command"].startswith("sigprop simulate sde --kind attention")
+    assert data["options"]["gamma"] == 0.5
+    assert data["command"].startswith("sigprop simulate sde --kind shaped_attention")
     assert len(data["t"]) == 41 and data["t"][0] == 0 and data["t"][-1] == pytest.approx(1.0)
-    P = sde.simulate("attention", initial_covariance(2, 0.3, 2.0), t=1.0, steps=40, paths=300,
+    P = sde.simulate("shaped_attention", initial_covariance(2, 0.3, 2.0), t=1.0, steps=40, paths=300,
                      seed=chunk_seed(7, 0), gamma=0.5, tau0=1.0)
     rho = (P.V[..., 0, 1] / (P.V[..., 0, 0] * P.V[..., 1, 1]).sqrt()).numpy()
     for key, ref in (("corr", _quantiles(rho)), ("var", _quantiles(P.V[..., 0, 0].numpy()))):
@@ -71,6 +72,15 @@ def test_ensemble_deprecated_names_warn_and_run_as_the_new_ones(tmp_path, capsys
     new = _run(tmp_path / "new", "ensemble", "--block", "shaped_attention", "--width", "8", "--depth", "4",
                "--samples", "8")
     assert new["corr"] == data["corr"]
+
+
+def test_sde_deprecated_kind_warns_and_runs_as_shaped_attention(tmp_path, capsys):
+    args = ("--gamma", "0.5", "--paths", "20", "--steps", "10")
+    data = _run(tmp_path, "sde", "--kind", "attention", *args)
+    assert "--kind attention is deprecated; it runs as --kind shaped_attention" in capsys.readouterr().err
+    assert data["options"]["kind"] == "shaped_attention"
+    new = _run(tmp_path / "new", "sde", "--kind", "shaped_attention", *args)
+    assert new["corr"] == data["corr"] and new["var"] == data["var"]
 
 
 @pytest.mark.parametrize("argv, option", [

@@ -240,3 +240,13 @@ def test_a_point_folder_of_other_files_is_not_cleared(tmp_path):
     with pytest.raises(ValueError, match="holds files that sigprop did not write"):
         sweep_mod.run_point(sweep_mod.point_id(spec, point), point, cfg.to_dict())
     assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_grid_over_the_old_norm_key_resolves_to_norm_placement(tmp_path):
+    """A grid over ``model.norm`` (the deprecated name) gives each point the config of ``model.norm_placement``."""
+    dslm = '[sweep.set]\n"model.scheme" = "dslm"'
+    with pytest.warns(DeprecationWarning, match=r"model\.norm is deprecated; it is called model\.norm_placement"):
+        old = resolve(load_spec(write(tmp_path / "old", '"model.norm" = ["preln", "postln"]', dslm)))
+    new = resolve(load_spec(write(tmp_path / "new", '"model.norm_placement" = ["pre", "post"]', dslm)))
+    assert [c.model for _, c in old] == [c.model for _, c in new]
+    assert [c.model.norm_placement for _, c in old] == ["pre", "post"]

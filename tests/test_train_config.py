@@ -82,3 +82,22 @@ def test_a_missing_required_table_is_a_field_error():
 
     with pytest.raises(FieldError, match=r"missing config key 'model' \(it has no default\)"):
         from_mapping(RunConfig, {"optim": {"lr": 1e-3}})
+
+
+def test_old_norm_key_in_toml_and_set_reads_as_norm_placement(tmp_path):
+    """`norm = "preln"` in a file and `--set model.norm=postln` warn and give the config of norm_placement;
+    the resolved TOML writes only norm_placement; both names at once are refused naming both."""
+    old = tmp_path / "old.toml"
+    old.write_text(TINY.read_text().replace('scheme = "preln"\n', 'scheme = "dslm"\nnorm = "postln"\n'))
+    with pytest.warns(DeprecationWarning, match=r"model\.norm is deprecated; it is called model\.norm_placement"):
+        from_file = load_config(old)
+    with pytest.warns(DeprecationWarning, match=r"model\.norm is deprecated"):
+        from_set = load_config(TINY, ["model.scheme=dslm", "model.norm=postln"])
+    new = load_config(TINY, ["model.scheme=dslm", "model.norm_placement=post"])
+    assert from_file == from_set == new and new.model.norm_placement == "post"
+    text = dump_toml(from_file.to_dict())
+    assert 'norm_placement = "post"' in text and "\nnorm =" not in text
+    with pytest.raises(ValueError, match=r"model\.norm and model\.norm_placement are one field"):
+        load_config(old, ["model.norm_placement=post"])
+    with pytest.warns(DeprecationWarning, match=r"ModelConfig\.qk_scaling='init' is deprecated"):
+        assert load_config(TINY, ["model.scheme=shaped", "model.qk_scaling=init"]).model.qk_scaling == "weights"

@@ -297,3 +297,24 @@ def test_eval_and_generate_refuse_what_they_cannot_do(finished, tmp_path, capsys
     assert generate_main(["--run", str(run), "--max-new-tokens", "3"]) == 2
     err = capsys.readouterr().err
     assert "has no tokenizer.json" in err and "Traceback" not in err
+
+
+def test_a_run_written_with_the_old_norm_key_still_loads(finished, tmp_path):
+    """config.toml and checkpoint JSON that spell ModelConfig.norm_placement by its deprecated name (norm = "preln")
+    load as the same run and model; a resume verifies the checkpoint against the new spelling."""
+    run = copy_run(finished[0], tmp_path / "run")
+    for path in [run / "config.toml", *(run / "checkpoints").glob("*.json")]:
+        text = path.read_text()
+        old = text.replace('norm_placement = "pre"', 'norm = "preln"').replace('"norm_placement": "pre"',
+                                                                               '"norm": "preln"')
+        assert old != text and "norm_placement" not in old
+        path.write_text(old)
+    cfg, model, _ = load_run(finished[0])
+    with pytest.warns(DeprecationWarning, match="norm is deprecated"):
+        old_cfg, old_model, _ = load_run(run)
+    assert old_cfg.model == cfg.model
+    for (name, a), b in zip(model.state_dict().items(), old_model.state_dict().values()):
+        assert torch.equal(a, b), name
+    with pytest.warns(DeprecationWarning, match="norm is deprecated"):
+        t = train(cfg_for(run, "train.steps=10", "train.resume=true"))
+    assert t.state.step == 10

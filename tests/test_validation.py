@@ -50,7 +50,7 @@ MODEL_INT_FIELDS = ["vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len
                     "patch_size", "in_channels", "n_classes"]
 MODEL_FLOAT_FIELDS = ["dropout", "tau0", "c_plus", "c_minus", "dslm_k", "dslm_r0", "residual_gamma"]
 MODEL_BOOL_FIELDS = ["bias", "learn_residual"]
-MODEL_CHOICE_FIELDS = ["arch", "scheme", "norm", "norm_type", "activation", "shaping", "qk_scaling"]
+MODEL_CHOICE_FIELDS = ["arch", "scheme", "norm_placement", "norm_type", "activation", "shaping", "qk_scaling"]
 # a base under which every field above is used (so only the value itself can be wrong)
 BASE = {"shaped": dict(scheme="shaped", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8),
         "dslm": dict(scheme="dslm", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8,
@@ -58,7 +58,7 @@ BASE = {"shaped": dict(scheme="shaped", vocab_size=32, d_model=16, n_heads=2, n_
         "vit": dict(arch="vit", d_model=16, n_heads=2, n_layers=1)}
 HOME = {**{f: "dslm" for f in ("dslm_k", "dslm_r0", "residual_gamma", "norm_type", "dropout", "bias",
                                "learn_residual", "vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
-                               "d_ff", "arch", "norm", "activation", "shaping", "c_plus", "c_minus")},
+                               "d_ff", "arch", "norm_placement", "activation", "shaping", "c_plus", "c_minus")},
         **{f: "shaped" for f in ("tau0", "qk_scaling", "scheme")},
         **{f: "vit" for f in ("image_size", "patch_size", "in_channels", "n_classes")}}
 
@@ -78,10 +78,10 @@ def invalid_model_value(draw):
     else:
         field = draw(st.sampled_from(MODEL_CHOICE_FIELDS))
         value = draw(st.one_of(WRONG_TYPE, st.text(min_size=1, max_size=8).filter(
-            lambda s: s not in ("decoder", "encoder", "encdec", "vit", "preln", "postln", "none", "relu", "gelu",
-                                "shaped_relu", "fixed", "recover", "learn", "temperature", "init", "layernorm",
-                                "rmsnorm", "vanilla", "shaped", "dslm", "deepnorm"))))
-    if value is None and field in ("norm", "d_ff", "dslm_r0", "residual_gamma"):   # None = the documented default
+            lambda s: s not in ("decoder", "encoder", "encdec", "vit", "pre", "post", "none", "relu", "gelu",
+                                "shaped_relu", "fixed", "recover", "learn", "temperature", "weights", "init",
+                                "layernorm", "rmsnorm", "vanilla", "shaped", "dslm", "deepnorm"))))
+    if value is None and field in ("norm_placement", "d_ff", "dslm_r0", "residual_gamma"):   # None: the default
         value = "None"
     return field, value
 
@@ -103,7 +103,7 @@ def test_a_field_the_model_ignores_is_refused_unless_default(field, scheme, arch
     used = USED_ONLY_BY[field][1](cfg)
     default = {f.name: f.default for f in dataclasses.fields(ModelConfig)}[field]
     other = {"vocab_size": 300, "max_seq_len": 16, "n_dec_layers": 3, "norm_type": "rmsnorm", "tau0": 2.0,
-             "qk_scaling": "init", "c_plus": 0.5, "c_minus": -2.0, "shaping": "learn", "dslm_k": 3.0,
+             "qk_scaling": "weights", "c_plus": 0.5, "c_minus": -2.0, "shaping": "learn", "dslm_k": 3.0,
              "dslm_r0": 0.2, "image_size": 12, "patch_size": 4, "in_channels": 2, "n_classes": 3,
              "admin_mode": "constant"}[field]
     assert other != default
@@ -133,14 +133,14 @@ def valid_model(draw):
     if arch == "encdec":
         kw["n_dec_layers"] = draw(st.integers(1, 3))
     if scheme == "dslm":
-        kw.update(norm=draw(st.sampled_from(["preln", "postln"])), dslm_k=draw(st.floats(0.1, 8.0)),
+        kw.update(norm_placement=draw(st.sampled_from(["pre", "post"])), dslm_k=draw(st.floats(0.1, 8.0)),
                   dslm_r0=draw(st.none() | st.floats(0.0, 1.0)))
     if scheme in ("shaped", "dslm"):
         gamma = draw(st.none() | st.floats(0.05, 1.0))
         kw.update(residual_gamma=gamma, learn_residual=draw(st.booleans()))
     shaped_relu = scheme == "shaped" or (scheme != "vanilla" and draw(st.booleans()))
     if scheme == "shaped":
-        kw.update(tau0=draw(st.floats(0.5, 4.0)), qk_scaling=draw(st.sampled_from(["temperature", "init"])))
+        kw.update(tau0=draw(st.floats(0.5, 4.0)), qk_scaling=draw(st.sampled_from(["temperature", "weights"])))
     elif shaped_relu:
         kw["activation"] = "shaped_relu"
     if shaped_relu:
@@ -294,7 +294,7 @@ def test_sde_functions_refuse_bad_matrices_and_propagate_nan():
     with pytest.raises(ValueError, match="V must be positive semi-definite"):
         sde.drift("resnet", -torch.eye(2, dtype=torch.float64), gamma=0.5)
     with pytest.raises(ValueError, match="V must be finite"):
-        sde.diffusion("attention", torch.full((2, 2), math.nan, dtype=torch.float64), gamma=0.5)
+        sde.diffusion("shaped_attention", torch.full((2, 2), math.nan, dtype=torch.float64), gamma=0.5)
     V = torch.stack([V0, torch.tensor([[math.inf, 0.0], [0.0, 1.0]], dtype=torch.float64)])
     R, ok = sde.psd_root(V)
     assert ok.tolist() == [True, False]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -123,7 +124,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A user error (`sigprop.console.UserError`: a bad value, a bad command line, a missing
     optional package; or an OSError: a missing or unreadable file, an unwritable output) exits 2 with one line
-    on stderr; any other exception is a bug in sigprop and propagates with its traceback (exit 1)."""
+    on stderr; any other exception is a bug in sigprop and propagates with its traceback (exit 1). A deprecated
+    name in a config file or ``--set`` (a DeprecationWarning raised inside sigprop) is shown on stderr, once."""
+    warnings.filterwarnings("default", category=DeprecationWarning, module=r"sigprop(\.|$)")
     argv = list(sys.argv[1:] if argv is None else argv)
     name = argv[0] if argv else ""
     try:

@@ -6,16 +6,23 @@ finite), then against its `Range` from the table, so a field added later is cove
 annotation alone. Every failure is a `FieldError` (a `UserError`, so a ``ValueError``) naming the field,
 the value and what is allowed. This module imports only the bottom layer (`sigprop.console`), so every
 layer may use it.
+
+Renamed spellings stay accepted, with a ``DeprecationWarning`` naming the new one: a value through
+`current_value`, a field through the class's ``RENAMED_KEYS`` table (`Renamed`), which `from_mapping`
+(config files, ``--set``, sweep grids) and the keyword arguments of a class decorated with
+`accepts_renamed_keys` apply before anything else.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import types
 import typing
+import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Hashable, Literal, Mapping, Sequence
 
 from .console.errors import UserError
 
@@ -150,8 +157,78 @@ def _default_range(hint: Any, int_range: Range | None, float_range: Range | None
     return float_range if float in kinds else int_range if int in kinds else None
 
 
+def current_value(name: str, value: Any, allowed: Sequence[Any], deprecated: Mapping[Any, Any],
+                  stacklevel: int = 3) -> Any:
+    """``value`` if it is one of ``allowed``; the new spelling of a deprecated one (``deprecated``: old -> new),
+    with a DeprecationWarning naming both; otherwise FieldError naming ``name`` and the allowed values."""
+    if isinstance(value, Hashable) and value in deprecated:
+        new = deprecated[value]
+        warnings.warn(f"{name}={value!r} is deprecated; it is called {new!r}", DeprecationWarning,
+                      stacklevel=stacklevel)
+        return new
+    if value not in allowed:
+        raise FieldError(invalid(name, value, f"one of {tuple(allowed)}"))
+    return value
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """The new name of a deprecated field, and the new spelling of each old value (``values``: old -> new, one to
+    one; a value not listed passes unchanged, for the new field's own check)."""
+
+    new: str
+    values: Mapping[Any, Any] = dataclasses.field(default_factory=dict)
+
+    def old_value(self, value: Any) -> Any:
+        """The old spelling of the new field's ``value``."""
+        return {v: k for k, v in self.values.items()}.get(value, value)
+
+
+def renamed_keys(raw: Mapping[str, Any], renamed: Mapping[str, Renamed], prefix: str = "",
+                 stacklevel: int = 3) -> dict[str, Any]:
+    """A copy of ``raw`` with each deprecated key of ``renamed`` under its new name and value spelling, with a
+    DeprecationWarning naming both; FieldError if ``raw`` holds a field under both names."""
+    out = dict(raw)
+    for old in [k for k in raw if k in renamed]:
+        r = renamed[old]
+        if r.new in raw:
+            raise FieldError(f"{prefix}{old} and {prefix}{r.new} are one field (the first is its deprecated name); "
+                             f"give only {prefix}{r.new}")
+        value = out.pop(old)
+        spelled = f" (values {', '.join(f'{k!r} → {v!r}' for k, v in r.values.items())})" if r.values else ""
+        warnings.warn(f"{prefix}{old} is deprecated; it is called {prefix}{r.new}{spelled}", DeprecationWarning,
+                      stacklevel=stacklevel)
+        out[r.new] = r.values.get(value, value) if isinstance(value, Hashable) else value
+    return out
+
+
+def accepts_renamed_keys(cls: type) -> type:
+    """Class decorator of a dataclass with a ``RENAMED_KEYS`` table (old name -> `Renamed`): its constructor takes
+    each old keyword as the new field (`renamed_keys`), and reading the old attribute gives the new field's
+    value in the old spelling; both warn (DeprecationWarning)."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **renamed_keys(kwargs, cls.RENAMED_KEYS, f"{cls.__name__}."))
+
+    def old_attribute(old: str, r: Renamed) -> property:
+        def get(self: Any) -> Any:
+            warnings.warn(f"{cls.__name__}.{old} is deprecated; read {cls.__name__}.{r.new}", DeprecationWarning,
+                          stacklevel=2)
+            return r.old_value(getattr(self, r.new))
+        return property(get, doc=f"Deprecated: {r.new} in its old spelling.")
+
+    cls.__init__ = __init__
+    for old, r in cls.RENAMED_KEYS.items():
+        setattr(cls, old, old_attribute(old, r))
+    return cls
+
+
 def from_mapping(cls: type, raw: Mapping[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys, missing required keys and wrong types."""
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys, missing required keys and wrong types; a
+    deprecated key of the class's ``RENAMED_KEYS`` is read as its new one (`renamed_keys`)."""
+    raw = renamed_keys(raw, getattr(cls, "RENAMED_KEYS", {}), prefix)
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     names = [f.name for f in fields]

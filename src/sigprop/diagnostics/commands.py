@@ -144,7 +144,7 @@ def predict_main(argv: Sequence[str]) -> int:
     print(format_table(records))
     _write(out, "predicted", records)
     plot_records({"predicted": records}, out / "predicted.png",
-                 title=f"{cfg.arch} {cfg.scheme} ({cfg.norm}), predicted")
+                 title=f"{cfg.arch} {cfg.scheme} (norm {cfg.norm_placement}), predicted")
     print(f"sigprop predict: wrote {out}/predicted.{{csv,json,png}}", file=sys.stderr)
     return EXIT_OK
 
@@ -165,6 +165,7 @@ def diagnose_main(argv: Sequence[str]) -> int:
     except NotImplementedError as e:
         print(f"sigprop diagnose: no prediction: {e}", file=sys.stderr)
     print(format_table(measured))
-    plot_records(curves, out / "diagnose.png", title=f"{cfg.arch} {cfg.scheme} ({cfg.norm}), seed {diag.seed}")
+    plot_records(curves, out / "diagnose.png",
+                 title=f"{cfg.arch} {cfg.scheme} (norm {cfg.norm_placement}), seed {diag.seed}")
     print(f"sigprop diagnose: wrote {out}/{{measured,predicted}}.{{csv,json}}, diagnose.png", file=sys.stderr)
     return EXIT_OK

@@ -58,7 +58,7 @@ class Shape:
 @dataclass(frozen=True)
 class Setting:
     arch: str                            # decoder | encoder | encdec | vit
-    norm: str                            # DSLM LayerNorm placement: preln | postln
+    norm_placement: str                  # DSLM LayerNorm placement: pre | post
     lrs: tuple[float, ...]               # lr grid each shape is tuned on
     steps: int                           # optimizer steps of both models
     batch_size: int                      # examples per step
@@ -67,12 +67,12 @@ class Setting:
 SHAPES = {"deep-thin": Shape(8, 32, 2), "shallow-wide": Shape(2, 64, 4)}
 TEXT_LRS, VIT_LRS = (3e-3, 1e-2, 3e-2), (1e-3, 3e-3, 1e-2)
 SETTINGS = {
-    "decoder-preln": Setting("decoder", "preln", TEXT_LRS, 2000, 16),
-    "decoder-postln": Setting("decoder", "postln", TEXT_LRS, 2000, 16),
-    "encoder-preln": Setting("encoder", "preln", TEXT_LRS, 600, 16),
-    "encoder-postln": Setting("encoder", "postln", TEXT_LRS, 600, 16),
-    "vit": Setting("vit", "preln", VIT_LRS, 300, 64),
-    "encdec": Setting("encdec", "preln", TEXT_LRS, 400, 16),
+    "decoder-preln": Setting("decoder", "pre", TEXT_LRS, 2000, 16),
+    "decoder-postln": Setting("decoder", "post", TEXT_LRS, 2000, 16),
+    "encoder-preln": Setting("encoder", "pre", TEXT_LRS, 600, 16),
+    "encoder-postln": Setting("encoder", "post", TEXT_LRS, 600, 16),
+    "vit": Setting("vit", "pre", VIT_LRS, 300, 64),
+    "encdec": Setting("encdec", "pre", TEXT_LRS, 400, 16),
 }
 # steps 0: each setting's own; middle_lr: only the middle lr of each grid; evals: validation points per run
 FULL = {"settings": tuple(SETTINGS), "steps": 0, "seeds": (0, 1), "tuning_seed": TUNING_SEED, "jobs": 2,
@@ -83,8 +83,8 @@ QUICK = {**FULL, "steps": 8, "seeds": (0,), "jobs": 1, "max_extend": 0, "max_cha
 
 def model_table(setting: Setting, shape: Shape) -> dict[str, Any]:
     """The ModelConfig fields of one model of a pair."""
-    table = {"arch": setting.arch, "scheme": "dslm", "norm": setting.norm, "n_layers": shape.n_layers,
-             "d_model": shape.d_model, "n_heads": shape.n_heads}
+    table = {"arch": setting.arch, "scheme": "dslm", "norm_placement": setting.norm_placement,
+             "n_layers": shape.n_layers, "d_model": shape.d_model, "n_heads": shape.n_heads}
     if setting.arch != "vit":
         table.update(vocab_size=VOCAB, max_seq_len=SEQ_LEN)
     return table

@@ -46,10 +46,10 @@ from .tuning import TUNING_SEED, numbers, tune
 
 # the training comparison: one size, four schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
-    "shaped (no LN, recover)": {"scheme": "shaped", "shaping": "recover", "tau0": 1.0, "qk_scaling": "init"},
+    "shaped (no LN, recover)": {"scheme": "shaped", "shaping": "recover", "tau0": 1.0, "qk_scaling": "weights"},
     "Pre-LN": {"scheme": "preln"},
     "GPT-2 style (Pre-LN)": {"scheme": "gpt2"},
-    "DSLM (Pre-LN)": {"scheme": "dslm", "norm": "preln"},
+    "DSLM (Pre-LN)": {"scheme": "dslm", "norm_placement": "pre"},
 }
 TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `tune_baseline` picks
 FIXED_LR = 1e-3                                  # the other models' lr

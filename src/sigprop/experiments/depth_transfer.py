@@ -46,7 +46,7 @@ from .tuning import MAX_EXTEND, TUNING_SEED
 DEPTH = {"preln": ("Pre-LN", {"model.scheme": "preln"}),
          "preln-qk-norm-z-loss": ("Pre-LN + qk-norm + z-loss", {"model.scheme": "preln", "model.qk_norm": True,
                                                                 "optim.z_loss": 1e-4}),
-         "dslm-preln": ("DSLM (Pre-LN)", {"model.scheme": "dslm", "model.norm": "preln"}),
+         "dslm-preln": ("DSLM (Pre-LN)", {"model.scheme": "dslm", "model.norm_placement": "pre"}),
          "shaped": ("shaped", {"model.scheme": "shaped"}),
          "depth-mup": ("depth-μP", {"model.scheme": "depth_mup"}),
          "completep": ("CompleteP", {"model.scheme": "completep"})}

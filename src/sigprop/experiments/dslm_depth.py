@@ -5,8 +5,8 @@ Post-LN init diverges or stalls; (b) a 1000-layer thin model trains with DSLM. B
 Admin): with Admin's shortcut weights a 192-layer Post-LN model trains.
 
 Setup: causal LM on the embedded corpus ("pydoc", BPE vocabulary 512), width 64, 4 heads, seq 32, batch 8,
-300 steps for every run: scheme "preln" and "postln" (standard init), "dslm" with norm "preln" and
-"postln", "admin" (Post-LN) with ``admin_mode`` "profile" and "constant"; AdamW, linear warmup over 10 % of
+300 steps for every run: scheme "preln" and "postln" (standard init), "dslm" with norm placement "pre"
+and "post", "admin" (Post-LN) with ``admin_mode`` "profile" and "constant"; AdamW, linear warmup over 10 % of
 the steps, then a constant lr (no decay that could rescue a run late), global gradient-norm clip 1.0.
 
 Learning rates: each 192-layer model is tuned on the tuning seed over ``lrs``; from those runs each model's
@@ -33,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..schemes import get_scheme
 from ..train.schedules import default_warmup
 from ..train.seed_stats import seed_stats
 from ..train.sweep_report import log_ticks
@@ -52,10 +53,11 @@ QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "heads": 2, "seq": 1
 
 
 def tables(s: Mapping[str, Any], scheme: str, norm: str | None, depth: int) -> dict[str, Any]:
-    """Run-config sections of one decoder (``depth`` × ``s["width"]``): constant lr after a 10 % warmup."""
+    """Run-config sections of one decoder (``depth`` × ``s["width"]``): constant lr after a 10 % warmup; ``norm``
+    (a key of `NORMS`): the norm placement of that scheme (None: the scheme's own)."""
+    placement = {"norm_placement": get_scheme(norm).norm_placements[0]} if norm else {}
     return {"model": {"arch": "decoder", "scheme": scheme, "vocab_size": VOCAB, "d_model": s["width"],
-                      "n_layers": depth, "n_heads": s["heads"], "max_seq_len": s["seq"],
-                      **({"norm": norm} if norm else {})},
+                      "n_layers": depth, "n_heads": s["heads"], "max_seq_len": s["seq"], **placement},
             "data": {"source": "pydoc", "seq_len": s["seq"]},
             "optim": {"warmup_steps": default_warmup(s["steps"]), "decay": "constant"},
             "train": {"steps": s["steps"], "batch_size": s["batch"], "eval_every": s["eval_every"], "eval_batches": 4,

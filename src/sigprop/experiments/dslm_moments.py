@@ -28,8 +28,8 @@ from .outputs import progress
 from .registry import Figures
 from .report import Table
 
-CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "preln"),
-           "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "postln")}
+CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "pre"),
+           "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "post")}
 VOCAB, HEADS, BATCH = 256, 4, 1
 FULL = {"depth": 192, "width": 128, "seq": 64, "seeds": 32}     # seeds: how many (0, 1, ...)
 QUICK = {"depth": 4, "width": 32, "seq": 8, "seeds": 2}
@@ -130,9 +130,9 @@ def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progres
     """Measure and predict every configuration of `CONFIGS`: (summary per configuration, records as rows,
     curves as (measured seed-mean, predicted) Records)."""
     summary, records, curves = {}, {}, {}
-    for name, (scheme, norm) in CONFIGS.items():
-        cfg = ModelConfig(scheme=scheme, norm=norm, d_model=width, n_heads=HEADS, n_layers=depth, max_seq_len=seq,
-                          vocab_size=VOCAB)
+    for name, (scheme, placement) in CONFIGS.items():
+        cfg = ModelConfig(scheme=scheme, norm_placement=placement, d_model=width, n_heads=HEADS, n_layers=depth,
+                          max_seq_len=seq, vocab_size=VOCAB)
         pred = predict(cfg, token_collision=1 / VOCAB)
         samples = measure_seeds(cfg, progress(seeds, f"dslm-moments: {name}", total=len(seeds), enabled=show_progress))
         meas = mean_records(pred, samples)

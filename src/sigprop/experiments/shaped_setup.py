@@ -3,7 +3,7 @@
 Masked LM on the embedded ``pydoc`` corpus (BPE vocab 512, seq 64, 15 % masking), 4 heads, AdamW without
 weight decay and betas (0.9, 0.999) as in the paper, linear warmup over the first 10 % of steps
 (`sigprop.train.schedules.default_warmup`), cosine decay, grad clip 1. The shaped model has no LayerNorm,
-τ₀ = 1, trained λ/γ, and the paper's training parametrization ``qk_scaling="init"`` (τ = √n_k, W_Q, W_K ~
+τ₀ = 1, trained λ/γ, and the paper's training parametrization ``qk_scaling="weights"`` (τ = √n_k, W_Q, W_K ~
 N(0, n^{-3/2}); equal at init to τ = √(n·n_k), ``"temperature"``, but Adam moves its logits n^{1/4}× faster);
 "Recover" decays γ₁, γ₂, s₋ linearly to 0 over the warmup.
 """
@@ -18,7 +18,7 @@ DATA = {"source": "pydoc", "seq_len": 64, "mask_prob": 0.15}
 OPTIM = {"weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "grad_clip": 1.0}   # the paper's Adam
 
 
-def shaped_model(shaping: str, gamma: float, qk_scaling: str = "init") -> dict[str, Any]:
+def shaped_model(shaping: str, gamma: float, qk_scaling: str = "weights") -> dict[str, Any]:
     """ModelConfig fields of the paper's trained shaped Transformer (``shaping``: "recover" | "learn")."""
     return {"scheme": "shaped", "shaping": shaping, "residual_gamma": gamma, "learn_residual": True, "tau0": 1.0,
             "qk_scaling": qk_scaling}

@@ -32,14 +32,14 @@ from . import verdicts
 from .claim import Claim, Model, lr_text, stat_text, tuned
 from .report import Table
 from .shaped_setup import shaped_model, tables
-from .training import finished, mean_curve
+from .training import mean_curve, undiverged_curves
 from .tuning import MAX_EXTEND, TUNING_SEED
 
 BASELINE = "preln"
 FF_MULT = 2                      # MLP width / model width (BERT uses 4; 2 fits the CPU budget)
 FULL = {"steps": 450, "batch_size": 16, "n_layers": 8, "d_model": 64, "eval_batches": 8, "jobs": 2,
         "max_extend": MAX_EXTEND, "seeds": (0, 1, 2), "tuning_seed": TUNING_SEED, "gammas": (0.05, 0.1, 0.2),
-        "shapings": ("recover", "learn"), "qk_scaling": "init",
+        "shapings": ("recover", "learn"), "qk_scaling": "weights",
         "preln_lrs": (2.5e-3, 5e-3, 1e-2, 2e-2), "shaped_lrs": (1.25e-3, 2.5e-3, 5e-3, 1e-2)}
 QUICK = {**FULL, "steps": 16, "batch_size": 8, "n_layers": 2, "d_model": 32, "eval_batches": 4, "jobs": 1,
          "max_extend": 0, "seeds": (0,), "gammas": (0.05,), "preln_lrs": (5e-3, 1e-2), "shaped_lrs": (2.5e-3, 5e-3)}
@@ -98,7 +98,7 @@ def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
         a.plot(e["lr_grid"], t["loss"], "o-", color=color, ms=3, label=e["label"])
         if t["best_lr"] is not None:
             a.plot([t["best_lr"]], [t["loss"][e["lr_grid"].index(t["best_lr"])]], "o", mfc="none", ms=9, color=color)
-        curve = mean_curve(finished([r for r in data[key] if r["role"] == "scored"], "val_curve"))
+        curve = mean_curve(undiverged_curves([r for r in data[key] if r["role"] == "scored"], "val_curve"))
         b.plot(curve["step"], curve["mean"], color=color, lw=2.5 if key == BASELINE else 1.2, label=e["label"])
         for blk in e["scored"]:
             c.scatter(np.full(len(blk["final_loss"]), i), blk["final_loss"], s=12, color=color, zorder=3)

@@ -84,19 +84,19 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
         del fields["norm_type"]                   # norm "none": a norm type would be a field with no effect
     if scheme == "admin":
         fields["admin_mode"] = "constant"         # profiling needs data: `sigprop.schemes.admin.profile` after apply
-    return ModelConfig(**fields, scheme=scheme, norm="none" if scheme == "shaped" else f"{family.placement}ln",
+    return ModelConfig(**fields, scheme=scheme, norm_placement="none" if scheme == "shaped" else family.placement,
                        residual_gamma=gamma, dslm_k=k, dslm_r0=r0, tau0=tau0, c_plus=c_plus, c_minus=c_minus,
                        shaping=shaping, learn_residual=learn_residual, parametrization=parametrization,
                        base_width=base_width, base_depth=base_depth)
 
 
 def _check_placement(model: nn.Module, family: Family, scheme: str) -> None:
-    """Refuse a scheme whose norm placement (`Scheme.norms`) the family's blocks do not have ("shaped" drops
-    the norms, so it fits every family)."""
-    norms = get_scheme(scheme).norms
-    if scheme == "shaped" or f"{family.placement}ln" in norms:
+    """Refuse a scheme whose norm placement (`Scheme.norm_placements`) the family's blocks do not have ("shaped"
+    drops the norms, so it fits every family)."""
+    placements = get_scheme(scheme).norm_placements
+    if scheme == "shaped" or family.placement in placements:
         return
-    need = norms[0].removesuffix("ln")
+    need = placements[0]
     ok = tuple(t for f in FAMILIES if f.placement == need for t in f.model_types)
     raise ValueError(f"sigprop.hf.apply scheme {scheme!r} is {PLACEMENTS[need]}; supported for model_type in {ok}, "
                      f"not {PLACEMENTS[family.placement]} {model.config.model_type!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Mapping
 
 from ..fields import (
     POSITIVE,
@@ -14,17 +14,20 @@ from ..fields import (
     UNIT_CLOSED,
     FieldError,
     Range,
+    Renamed,
+    accepts_renamed_keys,
     check_fields,
+    current_value,
     invalid,
+    renamed_keys,
 )
 from ..nn.mlp import ACTIVATIONS
 from ..nn.norm import NORM_TYPES
-from ..nn.shaped_attention import QK_SCALINGS, SHAPING_MODES
+from ..nn.shaped_attention import DEPRECATED_QK_SCALINGS, QK_SCALINGS, SHAPING_MODES
 from ..schemes import SCHEMES, get_scheme, mup
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
 ADMIN_MODES = ("profile", "constant")
-NORMS = ("preln", "postln", "none")
 
 
 MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50,257; Llama 3 128,256), and the
@@ -63,7 +66,7 @@ USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
     "vocab_size": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
     "max_seq_len": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
     "n_dec_layers": ("arch 'encdec'", lambda c: c.arch == "encdec"),
-    "norm_type": ("models with a norm (norm 'preln' or 'postln')", lambda c: c.norm != "none"),
+    "norm_type": ("models with a norm (norm_placement 'pre' or 'post')", lambda c: c.norm_placement != "none"),
     "tau0": ("shaped attention (scheme 'shaped')", _shaped_attention),
     "qk_scaling": ("shaped attention (scheme 'shaped')", _shaped_attention),
     "c_plus": ("the shaped ReLU (scheme 'shaped' or activation 'shaped_relu')", _shaped_relu),
@@ -85,6 +88,7 @@ def _choice(field: str, value: Any, allowed: tuple) -> None:
         raise FieldError(invalid(f"ModelConfig.{field}", value, f"one of {allowed}"))
 
 
+@accepts_renamed_keys
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str = "decoder"             # decoder (causal LM) | encoder (MLM) | encdec | vit
@@ -96,7 +100,7 @@ class ModelConfig:
     max_seq_len: int = 128            # longest sequence (learned position table size)
     scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep
     #                                   | gpt2 | admin
-    norm: str | None = None           # preln | postln | none; None → the scheme's default
+    norm_placement: str | None = None  # pre | post | none: each sublayer's norm; None → the scheme's default
     norm_type: str = "layernorm"      # layernorm | rmsnorm
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
     dropout: float = 0.0              # on every residual branch and the embeddings, in [0, 1)
@@ -106,7 +110,7 @@ class ModelConfig:
     residual_gamma: float | None = None   # shaped/dslm: γ (β); None → scheme default
     learn_residual: bool = False      # train λ, γ (schemes shaped, dslm, deepnorm; fixed values need λ² + γ² = 1)
     tau0: float = 1.0                 # shaped attention temperature τ = τ₀√(n·n_k), > 0
-    qk_scaling: str = "temperature"   # shaped: where the 1/√n of τ lives: temperature | init (W_Q, W_K ~ N(0, n^-3/2))
+    qk_scaling: str = "temperature"   # shaped: where τ's 1/√n lives: temperature | weights (W_Q, W_K ~ N(0, n^-3/2))
     shaping: str = "fixed"            # fixed | recover (scheduled by the trainer) | learn
     c_plus: float = 0.0               # shaped ReLU s₊ = 1 + c₊/√n
     c_minus: float = -1.0             # shaped ReLU s₋ = 1 + c₋/√n
@@ -122,18 +126,23 @@ class ModelConfig:
     qk_norm: bool = False             # norm (norm_type) on each head's queries and keys (softmax attention)
     admin_mode: str = "profile"       # admin: ω from one profiling pass (theory's profile without data) | constant
 
+    # deprecated field names, still read (with a DeprecationWarning) from keywords, mappings and files
+    RENAMED_KEYS: ClassVar[Mapping[str, Renamed]] = {
+        "norm": Renamed("norm_placement", {"preln": "pre", "postln": "post", "none": "none"})}
+
     def __post_init__(self) -> None:
         check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
         _choice("arch", self.arch, ARCHS)
         _choice("scheme", self.scheme, tuple(SCHEMES))
         scheme = get_scheme(self.scheme)
-        if self.norm is None:
-            object.__setattr__(self, "norm", scheme.norms[0])
-        _choice("norm", self.norm, scheme.norms)
+        if self.norm_placement is None:
+            object.__setattr__(self, "norm_placement", scheme.norm_placements[0])
+        _choice("norm_placement", self.norm_placement, scheme.norm_placements)
         _choice("norm_type", self.norm_type, NORM_TYPES)
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("shaping", self.shaping, SHAPING_MODES)
-        _choice("qk_scaling", self.qk_scaling, QK_SCALINGS)
+        object.__setattr__(self, "qk_scaling", current_value("ModelConfig.qk_scaling", self.qk_scaling, QK_SCALINGS,
+                                                             DEPRECATED_QK_SCALINGS, stacklevel=5))
         _choice("admin_mode", self.admin_mode, ADMIN_MODES)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
@@ -161,8 +170,8 @@ class ModelConfig:
             if value == defaults[name] or used(self) or (name == "n_dec_layers" and value == self.n_layers):
                 continue
             raise FieldError(f"ModelConfig.{name}={value!r} has no effect here (arch={self.arch!r}, "
-                             f"scheme={self.scheme!r}, norm={self.norm!r}): it is used only by {used_by}; "
-                             f"leave it at its default {defaults[name]!r}")
+                             f"scheme={self.scheme!r}, norm_placement={self.norm_placement!r}): it is used only by "
+                             f"{used_by}; leave it at its default {defaults[name]!r}")
 
     def _check_residual(self) -> None:
         if self.learn_residual and not get_scheme(self.scheme).learnable_residual:
@@ -197,7 +206,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        """Build from a mapping; unknown keys are an error naming the valid ones."""
+        """Build from a mapping (a deprecated key read as its new one); unknown keys are an error naming the valid
+        ones."""
+        d = renamed_keys(d, cls.RENAMED_KEYS, "ModelConfig.")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

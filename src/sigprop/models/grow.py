@@ -154,8 +154,9 @@ def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: st
     placement = model.stack.placement
     if mode == "identity" and placement == "post":
         raise UserError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; this model "
-                        f"(scheme {cfg.scheme!r}, norm {cfg.norm!r}) normalizes after it, N(x + 0) ≠ x, so a "
-                        "zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme 'dslm')")
+                        f"(scheme {cfg.scheme!r}, norm_placement {cfg.norm_placement!r}) normalizes after it, "
+                        "N(x + 0) ≠ x, so a zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme "
+                        "'dslm')")
     if mode == "dslm" and cfg.scheme != "dslm":
         raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
                         f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")

@@ -16,8 +16,6 @@ from ..schemes import Scheme, Site, get_scheme
 from ..theory.moments.state import Component, Moments
 from .config import ModelConfig
 
-PLACEMENT = {"preln": "pre", "postln": "post", "none": "none"}
-
 
 def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attention: bool = True) -> Attention:
     """The scheme's attention module; shaped cross-attention has no identity term (T ≠ S)."""
@@ -42,7 +40,7 @@ class Stack(nn.Module):
     def __init__(self, cfg: ModelConfig, name: str, n: int, causal: bool, cross: bool = False) -> None:
         super().__init__()
         scheme = get_scheme(cfg.scheme)
-        placement = PLACEMENT[cfg.norm]
+        placement = cfg.norm_placement
 
         def sublayer(fn: nn.Module, layer: int, kind: str) -> Sublayer:
             alpha, beta = scheme.residual(cfg, Site(name, layer, kind))

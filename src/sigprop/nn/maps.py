@@ -92,6 +92,6 @@ def attention_logit_factor(scale: float, tau_theory: float) -> float:
 
     The attention maps read the logit scale only through σ_q²σ_k²/τ² (`sigprop.theory.moments.attention`),
     with τ = √d_k (softmax) or τ₀√(d·d_k) (shaped); a module computing QKᵀ·``scale`` is the map with
-    σ_q² × (scale·τ)². Under the standard 1/√d_k this is 1; μP's 1/d_k and the shaped ``qk_scaling="init"``
+    σ_q² × (scale·τ)². Under the standard 1/√d_k this is 1; μP's 1/d_k and the shaped ``qk_scaling="weights"``
     temperature come out of the module's own ``scale``."""
     return (scale * tau_theory) ** 2

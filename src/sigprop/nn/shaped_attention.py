@@ -20,12 +20,14 @@ import math
 import torch
 from torch import nn
 
+from ..fields import current_value
 from .attention import Attention, attention_mask
 from .maps import scalar
 from .roles import tag
 
 SHAPING_MODES = ("fixed", "recover", "learn")
-QK_SCALINGS = ("temperature", "init")
+QK_SCALINGS = ("temperature", "weights")
+DEPRECATED_QK_SCALINGS = {"init": "weights"}     # old value -> its name now
 
 
 def masked_mean(v: torch.Tensor, causal: bool, key_mask: torch.Tensor | None) -> torch.Tensor:
@@ -85,10 +87,11 @@ class ShapedAttention(Shaping, Attention):
     identity=False drops the γ₁ I term (cross-attention, where queries and keys differ); output_proj=False
     drops W_O (`Attention`).
     qk_scaling: "temperature" puts the whole τ = τ₀√(n·n_k) in the logit scale (W_Q, W_K ~ N(0, 1/n));
-    "init" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
-    N(0, n^{-3/2}). Logits are identical at init. Adam's step ignores a weight's scale, so per step the
-    logits move n^{1/4} times more with "init" (to first order in the lr: the same ΔW, a √n larger logit
-    scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K learning rate.
+    "weights" is the paper's training form (App. D): τ = τ₀√n_k and the scheme draws W_Q, W_K from
+    N(0, n^{-3/2}), so the 1/√n lives in the weights. Logits are identical at init. Adam's step ignores a
+    weight's scale, so per step the logits move n^{1/4} times more with "weights" (to first order in the lr:
+    the same ΔW, a √n larger logit scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K
+    learning rate. "init" is the deprecated name of "weights".
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,
@@ -97,8 +100,7 @@ class ShapedAttention(Shaping, Attention):
                  output_proj: bool = True) -> None:
         if tau0 <= 0:
             raise ValueError(f"tau0 must be > 0, got {tau0}")
-        if qk_scaling not in QK_SCALINGS:
-            raise ValueError(f"qk_scaling must be one of {QK_SCALINGS}, got {qk_scaling!r}")
+        qk_scaling = current_value("qk_scaling", qk_scaling, QK_SCALINGS, DEPRECATED_QK_SCALINGS)
         d_head = d_model // max(n_heads, 1)
         tau = tau0 * math.sqrt(d_head * (d_model if qk_scaling == "temperature" else 1))
         super().__init__(d_model, n_heads, causal, bias, scale=1.0 / tau, output_proj=output_proj)

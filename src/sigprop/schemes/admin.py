@@ -144,7 +144,7 @@ def profile(model: nn.Module, batch: torch.Tensor | tuple[torch.Tensor, ...]) ->
 
 class Admin(Scheme):
     name = "admin"
-    norms = ("postln",)
+    norm_placements = ("post",)
     channel_residual = True
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:

@@ -80,7 +80,7 @@ class Scheme:
     """Base class: Xavier-style init, unit residual weights. Subclasses override what differs."""
 
     name: ClassVar[str]
-    norms: ClassVar[tuple[str, ...]]      # allowed ModelConfig.norm values, the first is the default
+    norm_placements: ClassVar[tuple[str, ...]]  # allowed ModelConfig.norm_placement values, the first is the default
     attention: ClassVar[str] = "softmax"  # "softmax" | "shaped"
     learnable_residual: ClassVar[bool] = False  # its residual weights may be trained (ModelConfig.learn_residual);
     #                                             False where they are fixed by the rule (unit adds, (L₀/L)^α)

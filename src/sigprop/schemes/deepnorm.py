@@ -27,7 +27,7 @@ def deepnorm_constants(arch: str, stack: str, n_enc: int, n_dec: int) -> tuple[f
 
 class DeepNorm(Scheme):
     name = "deepnorm"
-    norms = ("postln",)
+    norm_placements = ("post",)
     learnable_residual = True
 
     def _constants(self, cfg: Any, stack: str) -> tuple[float, float]:

@@ -33,7 +33,7 @@ def depth_ratio(cfg: Any, stack: str) -> float:
 class AlphaScheme(Scheme):
     """Pre-LN with branch multiplier (L₀/L)^α; subclasses fix α."""
 
-    norms = ("preln",)
+    norm_placements = ("pre",)
     alpha: ClassVar[float]
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:

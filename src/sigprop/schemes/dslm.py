@@ -104,7 +104,7 @@ def _gram_arguments(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], 
     tokens = None if uniform else zipf_ids(cfg.vocab_size, GRAM_SEQUENCES, T)
     grams = theory_dslm.embedding_grams(tokens, T, n_tables, shared, cfg.dropout, cfg.dslm_r0)
     return (grams, stack_layers(cfg, stack), lam, beta, cfg.dropout, stack == "dec", cfg.d_model, cfg.n_heads,
-            tabulated(ffn_kernel), sublayers_per_block(cfg, stack) - 1, cfg.norm == "postln")
+            tabulated(ffn_kernel), sublayers_per_block(cfg, stack) - 1, cfg.norm_placement == "post")
 
 
 @lru_cache(maxsize=64)
@@ -120,7 +120,7 @@ def vo_std(cfg: Any, gain: float) -> float:
 
 class DSLM(Scheme):
     name = "dslm"
-    norms = ("preln", "postln")
+    norm_placements = ("pre", "post")
     learnable_residual = True
 
     def check(self, cfg: Any) -> None:

@@ -28,7 +28,7 @@ WEIGHT_ROLES = ("q", "k", "v", "o", "ffn_in", "ffn_out", "embed", "pos", "cls", 
 
 class GPT2(Scheme):
     name = "gpt2"
-    norms = ("preln",)
+    norm_placements = ("pre",)
 
     def std(self, cfg: Any, p: ParamInfo) -> float:
         """0.02 for every weight; 0.02/√(2L) for the attention O and FFN down projections of a block."""

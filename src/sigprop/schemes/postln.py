@@ -8,4 +8,4 @@ from .base import Scheme
 
 class PostLN(Scheme):
     name = "postln"
-    norms = ("postln",)
+    norm_placements = ("post",)

@@ -8,4 +8,4 @@ from .base import Scheme
 
 class PreLN(Scheme):
     name = "preln"
-    norms = ("preln",)
+    norm_placements = ("pre",)

@@ -4,7 +4,7 @@ x ← λ x + γ f(x) at every sublayer with λ² + γ² = 1 (γ = ``residual_gam
 the stream's second moment is preserved: E|x'|² = λ²E|x|² + γ²E|f|² = E|x|² when E|f|² = E|x|².
 Init keeps E|f|² = E|x|² (each weight N(0, 1/fan_in), the shaped ReLU has unit second moment,
 shaped attention ≈ identity): Q, K, V, O, FFN_in ~ N(0, 1/d), FFN_out ~ N(0, 1/d_ff);
-embeddings N(0, 1/T) for T summed tables so V^{αα} = |x_α|²/d ≈ 1. With ``qk_scaling="init"``
+embeddings N(0, 1/T) for T summed tables so V^{αα} = |x_α|²/d ≈ 1. With ``qk_scaling="weights"``
 Q, K ~ N(0, n^{-3/2}) and the attention temperature drops its √n (`ShapedAttention`).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def unit_residual(cfg: Any, default_beta: float) -> tuple[float, float]:
 
 class Shaped(Scheme):
     name = "shaped"
-    norms = ("none",)
+    norm_placements = ("none",)
     attention = "shaped"
     learnable_residual = True
 
@@ -44,7 +44,7 @@ class Shaped(Scheme):
         return unit_residual(cfg, DEFAULT_GAMMA)
 
     def std(self, cfg: Any, p: ParamInfo) -> float:
-        if p.role in ("q", "k") and cfg.qk_scaling == "init":
+        if p.role in ("q", "k") and cfg.qk_scaling == "weights":
             return p.fan_in ** -0.75               # N(0, n^{-3/2}): the 1/√n of τ moved into the weights
         if p.role in ("q", "k", "v", "o", "ffn_in", "ffn_out", "patch", "head"):
             return 1.0 / math.sqrt(p.fan_in)

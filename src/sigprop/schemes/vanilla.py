@@ -8,4 +8,4 @@ from .base import Scheme
 
 class Vanilla(Scheme):
     name = "vanilla"
-    norms = ("none",)
+    norm_placements = ("none",)

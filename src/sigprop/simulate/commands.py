@@ -4,8 +4,10 @@
   "The Shaped Transformer", NeurIPS 2023, Thm 3.2, 4.2, Cor. 4.3; derivations in docs/sde.md).
 * ``ensemble``: token covariances V_l = X_l X_lᵀ/n of random finite networks at initialization, built from
   sigprop's modules (`sigprop.simulate.networks`), one per depth l (`sigprop.simulate.ensemble.simulate`), on
-  the SDE's time axis t = l / width. ``--block attention`` and ``--method gram`` are deprecated names of
-  ``shaped_attention`` and ``gaussian``: a warning on stderr, then the run under the new name.
+  the SDE's time axis t = l / width.
+
+``--kind attention`` (sde), ``--block attention`` and ``--method gram`` (ensemble) are deprecated names of
+``shaped_attention``, ``shaped_attention`` and ``gaussian``: a warning on stderr, then the run under the new name.
 
 Both start from m tokens with V0 = s·((1 − ρ0) I + ρ0 11ᵀ) and write, into ``--out``, NAME.json (the
 resolved options, the command line and per-time quantiles of the correlation ρ¹² = V¹²/√(V¹¹V²²) and the
@@ -169,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sigprop simulate", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", metavar="{sde,ensemble}", required=True)
     p = sub.add_parser("sde", help="Euler–Maruyama paths of a neural covariance SDE")
-    p.add_argument("--kind", choices=sde.KINDS, default="transformer")
+    p.add_argument("--kind", choices=sde.KINDS + tuple(sde.DEPRECATED_KINDS), default="transformer",
+                   help="SDE (sigprop.theory.sde); 'attention' is the deprecated name of 'shaped_attention'")
     p.add_argument("--gamma", type=_real(0.0, 1.0), default=DEFAULT_GAMMA,
                    help=f"residual branch weight γ in (0, 1] (default {DEFAULT_GAMMA})")
     p.add_argument("--t", type=_real(0.0), default=1.0, help="time horizon t = depth / width (default 1)")
@@ -202,13 +205,15 @@ def _check(args: argparse.Namespace) -> None:
     if args.rho0 < low:
         parser.error(f"argument --rho0: must be in [{low:g}, 1] for --tokens {args.tokens} "
                      f"(V0 positive semi-definite), got {args.rho0:g}")
+    deprecated = ((("block", DEPRECATED_BLOCKS), ("method", ensemble.DEPRECATED_METHODS)) if args.what == "ensemble"
+                  else (("kind", sde.DEPRECATED_KINDS),))
+    for option, renamed in deprecated:
+        old = getattr(args, option)
+        if old in renamed:
+            setattr(args, option, renamed[old])
+            sys.stderr.write(f"{parser.prog}: warning: --{option} {old} is deprecated; it runs as --{option} "
+                             f"{renamed[old]}\n")
     if args.what == "ensemble":
-        for option, renamed in (("block", DEPRECATED_BLOCKS), ("method", ensemble.DEPRECATED_METHODS)):
-            old = getattr(args, option)
-            if old in renamed:
-                setattr(args, option, renamed[old])
-                sys.stderr.write(f"{parser.prog}: warning: --{option} {old} is deprecated; it runs as --{option} "
-                                 f"{renamed[old]}\n")
         if args.width < args.tokens:
             parser.error(f"argument --width: must be >= --tokens ({args.tokens}), got {args.width}")
         if args.block in SHAPED_BLOCKS:

@@ -10,7 +10,7 @@ value-only layer the covariance SDEs describe (`sigprop.theory.sde`). With Y = (
   shaped                shaped attention, then resnet (one shaped-Transformer layer)
   no_centering          ShapedAttention with γ₂ = 0:       A = I + Softmax(Y/τ)         (ablations)
   no_identity           ShapedAttention(identity=False):   A = Softmax(Y/τ) − 11ᵀ/m
-  standard_temperature  ShapedAttention(qk_scaling="init"), W_Q, W_K N(0, 1/n): τ = τ₀√n_k
+  standard_temperature  ShapedAttention(qk_scaling="weights"), W_Q, W_K N(0, 1/n): τ = τ₀√n_k
   softmax               Sublayer(Attention, 1, 1):                    X' = X + Softmax(Y/√n_k) X W_V/√n
   preln                 Sublayer(Attention, LayerNorm, "pre", 1, 1):  X' = X + softmax-attention(LN(X))
   postln                Sublayer(Attention, LayerNorm, "post", 1, 1): X' = LN(X + softmax-attention(X))
@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 from torch import nn
 
-from ..fields import NONNEGATIVE, SQUARABLE, SQUARABLE_POSITIVE, Range, check_fields
+from ..fields import NONNEGATIVE, SQUARABLE, SQUARABLE_POSITIVE, Range, check_fields, current_value
 from ..models.config import ModelConfig
 from ..nn import MLP, Attention, ShapedAttention, ShapedReLU, Sublayer, make_norm
 from ..schemes import get_scheme, initialize
@@ -41,13 +40,7 @@ DEPRECATED_BLOCKS = {"attention": "shaped_attention"}
 
 def block_name(block: str) -> str:
     """``block`` itself, or the current name of a deprecated one (with a DeprecationWarning); ValueError if unknown."""
-    if block in DEPRECATED_BLOCKS:
-        new = DEPRECATED_BLOCKS[block]
-        warnings.warn(f"block {block!r} is deprecated; it is called {new!r}", DeprecationWarning, stacklevel=3)
-        return new
-    if block not in BLOCKS:
-        raise ValueError(f"block must be one of {BLOCKS}, got {block!r}")
-    return block
+    return current_value("block", block, BLOCKS, DEPRECATED_BLOCKS, stacklevel=4)
 
 
 @dataclass(frozen=True)
@@ -103,7 +96,7 @@ def _sublayers(block: str, p: BlockParams) -> list[Sublayer]:
         "shaped": lambda: [shaped(), resnet()],
         "no_centering": lambda: [shaped(gamma2=0.0)],
         "no_identity": lambda: [shaped(identity=False)],
-        "standard_temperature": lambda: [shaped(qk_scaling="init")],
+        "standard_temperature": lambda: [shaped(qk_scaling="weights")],
         "softmax": lambda: [softmax("none")],
         "preln": lambda: [softmax("pre")],
         "postln": lambda: [softmax("post")],

@@ -6,14 +6,16 @@ Cor. 4.3), where b(V) = lim n·E[ΔV | V] and Σ(V) = lim n·Cov[ΔV | V] for on
 Derivations: docs/sde.md. Notation: P = I − 11ᵀ/m (token centering), Ṽ = PVP,
 d^δ = Ṽ^{δδ} − tr(Ṽ)/m, Σ_lin(V)^{αβ,δω} = V^{αδ}V^{βω} + V^{αω}V^{βδ}.
 
-* "resnet"     X' = λX + γ√c φ_s(XW_pre/√n)W_post/√n:
-               b^{αβ} = γ² √(V^{αα}V^{ββ}) ν(ρ^{αβ}),   Σ = 2γ² Σ_lin(V).
-* "attention"  X' = λX + γ(I + Softmax(Y/τ) − 11ᵀ/m) X W_V/√n, τ = τ₀√(n n_k):
-               b^{αβ} = γ²/τ₀² [ (V^{αα}(Vd)^β + V^{ββ}(Vd)^α)/(2m) + V^{αβ} ‖Ṽ‖_F²/m² ],
-               Σ = γ²(2 − γ²) Σ_lin(V) + γ⁴/τ₀² 𝒜(V),
-               𝒜^{αβ,δω} = (V^{αδ}B^{βω} + V^{αω}B^{βδ} + V^{βδ}B^{αω} + V^{βω}B^{αδ})/m²,  B = VṼV.
-               Both are exact in n_k (they only use second moments of the logits).
-* "transformer" attention block then resnet block: drifts and diffusions add.
+* "resnet"            X' = λX + γ√c φ_s(XW_pre/√n)W_post/√n:
+                      b^{αβ} = γ² √(V^{αα}V^{ββ}) ν(ρ^{αβ}),   Σ = 2γ² Σ_lin(V).
+* "shaped_attention"  X' = λX + γ(I + Softmax(Y/τ) − 11ᵀ/m) X W_V/√n, τ = τ₀√(n n_k):
+                      b^{αβ} = γ²/τ₀² [ (V^{αα}(Vd)^β + V^{ββ}(Vd)^α)/(2m) + V^{αβ} ‖Ṽ‖_F²/m² ],
+                      Σ = γ²(2 − γ²) Σ_lin(V) + γ⁴/τ₀² 𝒜(V),
+                      𝒜^{αβ,δω} = (V^{αδ}B^{βω} + V^{αω}B^{βδ} + V^{βδ}B^{αω} + V^{βω}B^{αδ})/m²,  B = VṼV.
+                      Both are exact in n_k (they only use second moments of the logits).
+* "transformer"       shaped-attention block then resnet block: drifts and diffusions add.
+
+``"attention"`` is the deprecated name of ``"shaped_attention"`` (a DeprecationWarning, then the same SDE).
 
 Diffusion tensors are returned in full, shape (..., m, m, m, m) with Σ^{αβ,δω} = lim n Cov[ΔV^{αβ}, ΔV^{δω}]:
 symmetric under α↔β, δ↔ω and (αβ)↔(δω). The paper's matrix [Σ^{αβ,δω}]_{α≤β, δ≤ω} is its
@@ -31,10 +33,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import SQUARABLE, SQUARABLE_POSITIVE, Range, check_value, invalid
+from ..fields import SQUARABLE, SQUARABLE_POSITIVE, Range, check_value, current_value, invalid
 
 Tensor = torch.Tensor
-KINDS = ("resnet", "attention", "transformer")
+KINDS = ("resnet", "shaped_attention", "transformer")
+DEPRECATED_KINDS = {"attention": "shaped_attention"}     # old name -> its name now
 METHODS = ("structured", "naive")
 DTYPES = (torch.float32, torch.float64)   # the dtypes torch.linalg (Cholesky, eigh) computes in
 
@@ -63,9 +66,9 @@ def check_covariance(V: Tensor, name: str = "V0") -> None:
         raise ValueError(f"{name} must be positive semi-definite")
 
 
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+def _kind(kind: str) -> str:
+    """``kind`` itself, or the current name of a deprecated one (DeprecationWarning); ValueError if unknown."""
+    return current_value("kind", kind, KINDS, DEPRECATED_KINDS, stacklevel=4)
 
 
 def _centre(V: Tensor) -> Tensor:
@@ -126,9 +129,9 @@ def attention_drift(V: Tensor, gamma: float, tau0: float = 1.0) -> Tensor:
 
 def drift(kind: str, V: Tensor, *, gamma: float, tau0: float = 1.0, c_plus: float = 0.0,
           c_minus: float = -1.0) -> Tensor:
-    """Drift b(V) of `kind` ("resnet", "attention", "transformer"); V (..., m, m) -> (..., m, m), V finite
+    """Drift b(V) of `kind` ("resnet", "shaped_attention", "transformer"); V (..., m, m) -> (..., m, m), V finite
     symmetric PSD (ValueError otherwise)."""
-    _check_kind(kind)
+    kind = _kind(kind)
     check_params(gamma, tau0, c_plus, c_minus)
     check_covariance(V, "V")
     return _drift(kind, V, gamma, tau0, c_plus, c_minus)
@@ -137,7 +140,7 @@ def drift(kind: str, V: Tensor, *, gamma: float, tau0: float = 1.0, c_plus: floa
 def _drift(kind: str, V: Tensor, gamma: float, tau0: float, c_plus: float, c_minus: float) -> Tensor:
     if kind == "resnet":
         return resnet_drift(V, gamma, c_plus, c_minus)
-    if kind == "attention":
+    if kind == "shaped_attention":
         return attention_drift(V, gamma, tau0)
     return resnet_drift(V, gamma, c_plus, c_minus) + attention_drift(V, gamma, tau0)
 
@@ -145,16 +148,16 @@ def _drift(kind: str, V: Tensor, gamma: float, tau0: float, c_plus: float, c_min
 def _diffusion_weights(kind: str, gamma: float, tau0: float, m: int) -> tuple[float, float]:
     """(a, b) with Σ = pair_sym(V, aV + b VṼV): a = Σ_lin weight / 2, b = γ⁴/(τ₀² m²) (0 for resnet).
 
-    Σ_lin weight: 2γ² (resnet), γ²(2 − γ²) (attention), their sum (transformer).
+    Σ_lin weight: 2γ² (resnet), γ²(2 − γ²) (shaped_attention), their sum (transformer).
     """
-    lin = {"resnet": 2 * gamma**2, "attention": gamma**2 * (2 - gamma**2),
+    lin = {"resnet": 2 * gamma**2, "shaped_attention": gamma**2 * (2 - gamma**2),
            "transformer": gamma**2 * (4 - gamma**2)}[kind]
     return lin / 2, (0.0 if kind == "resnet" else gamma**4 / (tau0 * m) ** 2)
 
 
 def diffusion(kind: str, V: Tensor, *, gamma: float, tau0: float = 1.0) -> Tensor:
     """Diffusion Σ(V) of `kind`, full tensor (..., m, m, m, m) (see module docstring); V finite symmetric PSD."""
-    _check_kind(kind)
+    kind = _kind(kind)
     check_params(gamma, tau0)
     check_covariance(V, "V")
     a, b = _diffusion_weights(kind, gamma, tau0, V.shape[-1])
@@ -191,6 +194,7 @@ def structured_noise(kind: str, V: Tensor, normals: Tensor, *, gamma: float, tau
     `_diffusion_weights`: Cov = pair_sym(V, W), W = R(aI + bN²)Rᵀ = aV + b VṼV, i.e. Σ(V).
     O(m³) per path; non-finite where V is too large for the dtype (the solver then stops the path).
     """
+    kind = _kind(kind)
     R = psd_root(V)[0] if root is None else root
     a, b = _diffusion_weights(kind, gamma, tau0, V.shape[-1])
     if b == 0.0:
@@ -262,7 +266,7 @@ def simulate(kind: str, V0: Tensor, t: float = 1.0, steps: int = 200, paths: int
     paths stopped, when, and why (‖V‖_F ≥ blowup, or a non-finite / non-PSD Euler proposal). Paths
     run in chunks of `chunk` (cache-sized batches); results are deterministic given seed and chunk.
     """
-    _check_kind(kind)
+    kind = _kind(kind)
     check_params(gamma, tau0, c_plus, c_minus)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
