@@ -62,9 +62,7 @@ def test_unigram_nll_scores_only_the_targets_that_carry_a_loss():
     assert unigram_nll(train_tokens, targets, vocab) == pytest.approx(expected, rel=1e-12)
 
 
-def test_undiverged_curves_keeps_the_runs_that_did_not_diverge_and_finished_is_its_deprecated_name():
+def test_undiverged_curves_keeps_the_runs_that_did_not_diverge():
     runs = [{"diverged": False, "val_curve": [[0, 2.0]]}, {"diverged": True, "val_curve": [[0, 9.0]]},
             {"diverged": False, "val_curve": [[0, 3.0]]}]
     assert training.undiverged_curves(runs, "val_curve") == [[[0, 2.0]], [[0, 3.0]]]
-    with pytest.warns(DeprecationWarning, match="finished is deprecated; it is called undiverged_curves"):
-        assert training.finished(runs, "val_curve") == training.undiverged_curves(runs, "val_curve")

@@ -12,7 +12,6 @@ checkpoints and `train_run` raises KeyboardInterrupt, so a truncated run is neve
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -117,13 +116,6 @@ def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict
 def undiverged_curves(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
     """The ``key`` curves of the runs that did not diverge."""
     return [r[key] for r in runs if not r["diverged"]]
-
-
-def finished(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
-    """Deprecated name of `undiverged_curves` (a DeprecationWarning, then the same curves)."""
-    warnings.warn("sigprop.experiments.training.finished is deprecated; it is called undiverged_curves",
-                  DeprecationWarning, stacklevel=2)
-    return undiverged_curves(runs, key)
 
 
 def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> dict[str, list[float]]:
