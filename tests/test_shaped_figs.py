@@ -43,7 +43,7 @@ def test_fig4_quick(tmp_path):
     assert s["final_std_corr"]["no_identity"] < s["final_std_corr"]["shaped"]
 
 
-# Fig. 4's three degeneracies (derived in shaped_figs.measure_fig4's docstring), at sizes that run in about a second.
+# Fig. 4's three degeneracies (derived in shaped_figs.compute_fig4's docstring), at sizes that run in about a second.
 # Margins: Z_MAX standard errors of the statistic, estimated from the same samples, plus, where the
 # prediction is the leading order only, its O(1/n) correction bounded by 1/n.
 Z_MAX = 5.0

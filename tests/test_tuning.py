@@ -12,7 +12,7 @@ def fake_sweep(monkeypatch):
     calls = []
 
     def install(optimum, diverge=math.inf):
-        def fake(out, tables, lrs, seeds, jobs=1):
+        def fake(out, run_config, lrs, seeds, jobs=1):
             calls.append((list(lrs), list(seeds)))
             return [{"lr": lr, "seed": s, "final_val_loss": math.nan if lr > diverge else
                      (math.log10(lr) - math.log10(optimum)) ** 2 + 4 + 0.01 * s} for lr in lrs for s in seeds]
@@ -66,11 +66,11 @@ def test_layer_stats_reads_the_diagnostics_rows():
 def test_tune_extends_a_real_grid_through_the_sweep(tmp_path):
     """Tiny decoder, lrs far below its optimum: the best lr is the grid's top, one lr is added above it
     through `sigprop.train.sweep`, and the scored seed runs at the final choice."""
-    tables = {"model": {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300,
+    run_config = {"model": {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300,
                         "max_seq_len": 16},
               "data": {"source": "pydoc", "seq_len": 16, "max_chars": 20000}, "optim": {"warmup_steps": 1},
               "train": {"steps": 6, "batch_size": 4, "eval_every": 3, "eval_batches": 1, "diag_every": 0}}
-    m = tuning.tune(tmp_path, tables, [1e-5, 1e-4], 100, [0], max_extend=1)
+    m = tuning.tune(tmp_path, run_config, [1e-5, 1e-4], 100, [0], max_extend=1)
     assert m["lr_grid"] == [1e-5, 1e-4, 1e-3] and m["extended"] and m["best_lr"] == 1e-3
     assert [r["seed"] for r in m["runs"]] == [0] and m["runs"][0]["lr"] == 1e-3
     assert m["final_loss"][0] < m["runs"][0]["initial_val_loss"] and len(m["runs"][0]["val_curve"]) == 3

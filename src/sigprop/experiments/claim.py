@@ -50,15 +50,15 @@ STATS = ("final_val_loss", "initial_val_loss", "best_val_loss", "final_val_acc")
 
 @dataclass(frozen=True)
 class Model:
-    """One compared model: its data ``key`` (the summary's key) and display ``label``, its run-config
-    ``tables`` and lr grid ``lrs``; ``group``: the models it shares a grid or a comparison with; ``tune``:
-    chosen on the tuning seed (else every lr of the group's grid is scored); ``score_at``: the key of a model
+    """One compared model: its data ``key`` (the summary's key) and display ``label``, its ``run_config``
+    (the run-config sections) and lr grid ``lrs``; ``group``: the models it shares a grid or a comparison with;
+    ``tune``: chosen on the tuning seed (else every lr of the group's grid is scored); ``score_at``: the key of a model
     whose chosen lr this one is scored at; ``seeds``: its scored seeds (None: ``sizes["seeds"]``);
     ``unigram``: whether its data has a unigram level (text); ``attrs``: facts kept in the summary."""
 
     key: str
     label: str
-    tables: Mapping[str, Any]
+    run_config: Mapping[str, Any]
     lrs: Sequence[float]
     group: str = ""
     tune: bool = True
@@ -112,8 +112,8 @@ def _unigram(points: list[dict[str, Any]], models: Mapping[str, Model]) -> None:
         if not m.unigram:
             p["unigram"] = None
             continue
-        t = m.tables["train"]
-        key = json.dumps([m.tables.get("data", {}), m.tables["model"].get("arch"), t.get("batch_size"),
+        t = m.run_config["train"]
+        key = json.dumps([m.run_config.get("data", {}), m.run_config["model"].get("arch"), t.get("batch_size"),
                           t.get("eval_batches"), p["seed"]], sort_keys=True)
         if key not in cache:
             cache[key] = unigram_loss(p["run_dir"])
@@ -134,7 +134,7 @@ def run_points(claim: Claim, sizes: Mapping[str, Any], out: Path, show_progress:
     for m in progress([m for m in models if m.tune], f"{claim.name}: tuning", enabled=show_progress):
         if tseed in (m.seeds or seeds):
             raise UserError(f"tuning_seed={tseed} must not be one of the scored seeds {list(m.seeds or seeds)}")
-        t = tune(sweeps, m.tables, m.lrs, tseed, [], jobs, sizes["max_extend"])
+        t = tune(sweeps, m.run_config, m.lrs, tseed, [], jobs, sizes["max_extend"])
         chosen[m.key], extended[m.key] = t["best_lr"], t["extended"]
         points += [_point(m, "tuning", r, claim) for r in t["tuning_runs"]]
         records[m.key] += [{**r, "role": "tuning"} for r in t["tuning_runs"]]
@@ -144,7 +144,7 @@ def run_points(claim: Claim, sizes: Mapping[str, Any], out: Path, show_progress:
             groups.setdefault(m.group, []).append(m)
     for m in progress([m for m in models if m.tune or m.score_at], f"{claim.name}: scoring", enabled=show_progress):
         lr = chosen[m.score_at or m.key]
-        runs = sweep_runs(sweeps, m.tables, [lr], m.seeds or seeds, jobs) if lr is not None else []
+        runs = sweep_runs(sweeps, m.run_config, [lr], m.seeds or seeds, jobs) if lr is not None else []
         points += [_point(m, "scored", r, claim) for r in runs]
         records[m.key] += [{**r, "role": "scored"} for r in runs]
     for group, members in groups.items():
@@ -153,7 +153,7 @@ def run_points(claim: Claim, sizes: Mapping[str, Any], out: Path, show_progress:
         while todo:
             for m in progress(members, f"{claim.name} {group} lr {', '.join(f'{x:g}' for x in todo)}",
                               enabled=show_progress):
-                runs = sweep_runs(sweeps, m.tables, todo, m.seeds or seeds, jobs)
+                runs = sweep_runs(sweeps, m.run_config, todo, m.seeds or seeds, jobs)
                 points += [_point(m, "scored", r, claim) for r in runs]
                 records[m.key] += [{**r, "role": "scored"} for r in runs]
             step = None
@@ -190,7 +190,7 @@ def model_entry(m: Model, points: Sequence[Mapping[str, Any]], extended: list[st
                   "logged": {k: [p["logged"][k] for p in tp] for k in tp[0]["logged"]}}
     lrs = sorted({p["lr"] for p in sp})
     grid = [p["lr"] for p in tp] if tp else lrs
-    return {"label": m.label, "group": m.group, "attrs": dict(m.attrs), "params": param_count(m.tables["model"]),
+    return {"label": m.label, "group": m.group, "attrs": dict(m.attrs), "params": param_count(m.run_config["model"]),
             "lr_grid": grid, "extended": list(extended), "tuning": tuning,
             "scored": [_scored_block(lr, [p for p in sp if p["lr"] == lr]) for lr in lrs]}
 

@@ -97,7 +97,7 @@ def non_embedding_count(model: dict[str, Any]) -> int:
     return trainable(net) - trainable(net.embed)
 
 
-def run_tables(setting: Setting, shape: Shape, s: Mapping[str, Any]) -> dict[str, Any]:
+def run_config(setting: Setting, shape: Shape, s: Mapping[str, Any]) -> dict[str, Any]:
     """Run-config sections of one model of a pair: 10 % warmup, cosine decay to 0.1·lr, clip 1; text is the
     first ``s["max_chars"]`` characters of "pydoc" (0: all), ViT the digits images."""
     steps = s["steps"] or setting.steps
@@ -118,7 +118,7 @@ def models(s: Mapping[str, Any]) -> list[Model]:
         st = SETTINGS[name]
         for kind, shape in SHAPES.items():
             mt = model_table(st, shape)
-            out.append(Model(f"{name}/{kind}", f"{name} {kind} {shape.label}", run_tables(st, shape, s),
+            out.append(Model(f"{name}/{kind}", f"{name} {kind} {shape.label}", run_config(st, shape, s),
                              st.lrs[1:2] if s["middle_lr"] else st.lrs, group=name, unigram=st.arch != "vit",
                              attrs={**mt, "setting": name, "kind": kind, "shape": shape.label,
                                     "steps": s["steps"] or st.steps, "batch_size": st.batch_size,
@@ -217,4 +217,4 @@ CLAIM = Claim(
     full=FULL, quick=QUICK, models=models, rule=rule, setup=setup, table=table, plot=plot, derive=derive)
 
 
-__all__ = ["CLAIM", "SETTINGS", "SHAPES", "model_table", "non_embedding_count", "param_count", "run_tables"]
+__all__ = ["CLAIM", "SETTINGS", "SHAPES", "model_table", "non_embedding_count", "param_count", "run_config"]

@@ -59,7 +59,7 @@ QUICK = {**FULL, "depths": (1, 2), "width": 16, "widths": (16, 32), "width_depth
          "steps": 2, "batch": 2, "seq": 8, "vocab": 300, "max_chars": 20000, "jobs": 1, "max_extend": 1}
 
 
-def base_tables(s: Mapping[str, Any]) -> dict[str, Any]:
+def base_run_config(s: Mapping[str, Any]) -> dict[str, Any]:
     """The run config every point starts from."""
     return {"model": {"arch": "decoder", "vocab_size": s["vocab"], "d_model": s["width"], "n_heads": 4,
                       "max_seq_len": s["seq"], "base_depth": s["depths"][0], "base_width": s["widths"][0]},
@@ -76,7 +76,7 @@ def models(s: Mapping[str, Any]) -> list[Model]:
                                                 {"model.n_layers": s["width_depth"]})):
         for panel, (name, over) in variants.items():
             label = name if axis == "depth" else f"width {name}"
-            spec = SweepSpec(base_tables(s), {}, ".", None, {**over, **fixed})
+            spec = SweepSpec(base_run_config(s), {}, ".", None, {**over, **fixed})
             out += [Model(f"{panel}/{n}", f"{label}, {axis} {n}", point_tables(spec, {key: n}), s["lrs"],
                           group=panel, tune=False, attrs={"axis": axis, "panel": label, "name": name, "size": n})
                     for n in values]

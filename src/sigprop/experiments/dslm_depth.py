@@ -52,7 +52,7 @@ QUICK = {**FULL, "depth": 6, "deep_depth": 16, "width": 16, "heads": 2, "seq": 1
          "lrs": (3e-3, 1e-2), "seeds": (0,), "deep_seeds": (0,), "eval_every": 4, "jobs": 1, "max_extend": 0}
 
 
-def tables(s: Mapping[str, Any], scheme: str, norm: str | None, depth: int) -> dict[str, Any]:
+def run_config(s: Mapping[str, Any], scheme: str, norm: str | None, depth: int) -> dict[str, Any]:
     """Run-config sections of one decoder (``depth`` × ``s["width"]``): constant lr after a 10 % warmup; ``norm``
     (a key of `NORMS`): the norm placement of that scheme (None: the scheme's own)."""
     placement = {"norm_placement": get_scheme(norm).norm_placements[0]} if norm else {}
@@ -64,24 +64,26 @@ def tables(s: Mapping[str, Any], scheme: str, norm: str | None, depth: int) -> d
                       "diag_every": 0, "block_grads": True}}
 
 
-def admin_tables(s: Mapping[str, Any], mode: str) -> dict[str, Any]:
+def admin_run_config(s: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """An Admin Post-LN decoder (`sigprop.schemes.admin`, ``admin_mode`` ``mode``) of ``s["depth"]`` blocks."""
-    t = tables(s, "admin", None, s["depth"])
+    t = run_config(s, "admin", None, s["depth"])
     return {**t, "model": {**t["model"], "admin_mode": mode}}
 
 
 def models(s: Mapping[str, Any]) -> list[Model]:
     """DSLM per norm (tuned), the standard init per norm (tuned, scored at DSLM's lr), Admin Post-LN per mode
     (tuned, scored at its own lr), the deep DSLM models."""
-    out = [Model(f"dslm-{n}", f"{label} DSLM", tables(s, "dslm", n, s["depth"]), s["lrs"],
+    out = [Model(f"dslm-{n}", f"{label} DSLM", run_config(s, "dslm", n, s["depth"]), s["lrs"],
                  attrs={"scheme": "dslm", "norm": n, "depth": s["depth"]}) for n, label in NORMS.items()]
-    out += [Model(f"standard-{n}", f"{label} standard", tables(s, n, None, s["depth"]), s["lrs"], score_at=f"dslm-{n}",
-                  attrs={"scheme": n, "norm": n, "depth": s["depth"]}) for n, label in NORMS.items()]
-    out += [Model(f"admin-{mode}", f"Post-LN Admin ({mode})", admin_tables(s, mode), s["lrs"],
+    out += [Model(f"standard-{n}", f"{label} standard", run_config(s, n, None, s["depth"]), s["lrs"],
+                  score_at=f"dslm-{n}", attrs={"scheme": n, "norm": n, "depth": s["depth"]})
+            for n, label in NORMS.items()]
+    out += [Model(f"admin-{mode}", f"Post-LN Admin ({mode})", admin_run_config(s, mode), s["lrs"],
                   attrs={"scheme": "admin", "norm": "postln", "depth": s["depth"], "admin_mode": mode})
             for mode in s["admin_modes"]]
-    out += [Model(f"dslm-{n}-deep", f"{NORMS[n]} DSLM depth {s['deep_depth']}", tables(s, "dslm", n, s["deep_depth"]),
-                  (), tune=False, score_at=f"dslm-{n}", seeds=s["deep_seeds"],
+    out += [Model(f"dslm-{n}-deep", f"{NORMS[n]} DSLM depth {s['deep_depth']}",
+                  run_config(s, "dslm", n, s["deep_depth"]), (), tune=False, score_at=f"dslm-{n}",
+                  seeds=s["deep_seeds"],
                   attrs={"scheme": "dslm", "norm": n, "depth": s["deep_depth"]}) for n in s["deep_norms"]]
     return out
 

@@ -39,7 +39,7 @@ from ..train.sweep_report import log_ticks
 from . import verdicts
 from .claim import Claim, Model, stat_text
 from .report import Table
-from .shaped_setup import DATA, shaped_model, tables
+from .shaped_setup import DATA, run_config, shaped_model
 from .tuning import MAX_EXTEND, TUNING_SEED, layer_stats
 
 BASELINE = "preln"
@@ -68,7 +68,7 @@ LIMIT = threshold(DATA["seq_len"])
 def models(s: Mapping[str, Any]) -> list[Model]:
     """Every model at every lr of one grid (not tuned), diagnostics 20 times per run."""
     diag_every = max(1, s["steps"] // 20)
-    return [Model(key, label, tables(s, o, FF_MULT, diag_every), s["lrs"], tune=False,
+    return [Model(key, label, run_config(s, o, FF_MULT, diag_every), s["lrs"], tune=False,
                   attrs={"qk_scaling": o.get("qk_scaling")}) for key, (label, o) in MODELS.items()]
 
 

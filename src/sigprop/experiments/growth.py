@@ -63,7 +63,7 @@ def grown_schedule(s: Mapping[str, Any]) -> tuple[int, int]:
     return steps, max(1, round(f * steps))
 
 
-def tables(s: Mapping[str, Any], depth: int, steps: int, grow_at: int = 0) -> dict[str, Any]:
+def run_config(s: Mapping[str, Any], depth: int, steps: int, grow_at: int = 0) -> dict[str, Any]:
     """Run-config sections of one run: ``depth`` blocks (grown to ``s["depth"]`` after ``grow_at`` steps)."""
     growth = {"grow_at": grow_at, "grow_to": s["depth"], "grow_mode": s["mode"], "grow_every": s["every"]}
     return {"model": _model(s, depth), "data": {"source": "pydoc", "seq_len": s["seq"]},
@@ -76,10 +76,10 @@ def models(s: Mapping[str, Any]) -> list[Model]:
     """Scratch (the deep model for ``steps``) and grown (equal FLOPs), each tuned on its own grid."""
     steps, grow_at = grown_schedule(s)
     deep, small = flops_per_token(s, s["depth"]), flops_per_token(s, s["small_depth"])
-    return [Model("scratch", f"{s['depth']} blocks from scratch", tables(s, s["depth"], s["steps"]), s["lrs"],
+    return [Model("scratch", f"{s['depth']} blocks from scratch", run_config(s, s["depth"], s["steps"]), s["lrs"],
                   attrs={"steps": s["steps"], "grow_at": None, "flops_before": deep, "flops_after": deep}),
             Model("grown", f"{s['small_depth']} → {s['depth']} blocks at step {grow_at}",
-                  tables(s, s["small_depth"], steps, grow_at), s["lrs"],
+                  run_config(s, s["small_depth"], steps, grow_at), s["lrs"],
                   attrs={"steps": steps, "grow_at": grow_at, "flops_before": small, "flops_after": deep})]
 
 

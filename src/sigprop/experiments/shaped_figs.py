@@ -5,7 +5,7 @@
   and the density of the final correlation, finite shaped network vs SDE (KS statistic).
 * fig2: per-layer gradient norm ‖∂ℓ/∂X_l‖² vs depth (`ensemble.gradient_norms`, explicit weights).
 * fig4: ablations of shaped attention (no centering, no identity, standard temperature) at two widths:
-  collapse, freeze-and-vanish, explosion of the covariance (statistics in `measure_fig4`'s docstring).
+  collapse, freeze-and-vanish, explosion of the covariance (statistics in `compute_fig4`'s docstring).
 * fig5: blow-up vs gamma for V0 = s·[[1, ρ0], [ρ0, 1]]: SDE stopped/exploded fraction and median
   stopping time, beside the fraction of finite networks (depth = width) that cross the same norm.
 
@@ -77,7 +77,7 @@ def _sizes(table: dict[str, dict[str, Any]], quick: bool, sizes: dict[str, Any])
     return resolve_sizes(table["quick" if quick else "full"], sizes)
 
 
-def measure_fig1(quick: bool = False, show_progress: bool = True, **sizes: Any
+def compute_fig1(quick: bool = False, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Correlation over depth, width = depth (t = depth/width = 1), softmax / preln / shaped + SDE:
     (data: mean and 5–95 % band per block and for the SDE, summary: final statistics and KS test)."""
@@ -135,8 +135,8 @@ def plot_fig1(data: dict[str, Any], summary: dict[str, Any]) -> Any:
 
 
 def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`measure_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
-    data, summary = measure_fig1(quick, show_progress, **sizes)
+    """`compute_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
+    data, summary = compute_fig1(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig1", data, summary,
                          section("Fig. 1 — correlation over depth", table_fig1(summary)), plot_fig1(data, summary))
 
@@ -144,7 +144,7 @@ def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True, *
 FIG2_BLOCKS = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
 
 
-def measure_fig2(quick: bool = False, show_progress: bool = True, **sizes: Any
+def compute_fig2(quick: bool = False, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-layer gradient norm ‖∂ℓ/∂X_l‖_F² (mean, 5–95 % band of log10) vs layer, explicit-weight networks."""
     start = time.time()
@@ -182,15 +182,15 @@ def plot_fig2(data: dict[str, Any], summary: dict[str, Any]) -> Any:
 
 
 def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`measure_fig2` → `table_fig2` + `plot_fig2`, written as fig2.{json,md,png}; returns the summary."""
-    data, summary = measure_fig2(quick, show_progress, **sizes)
+    """`compute_fig2` → `table_fig2` + `plot_fig2`, written as fig2.{json,md,png}; returns the summary."""
+    data, summary = compute_fig2(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig2", data, summary, section("Fig. 2 — per-layer gradient norm",
                                                                  table_fig2(summary)), plot_fig2(data, summary))
 
 
 ABLATIONS = ("no_centering", "no_identity", "standard_temperature")
 FIG4_VARIANTS = ("shaped", "shaped_attention") + ABLATIONS
-# Leading-order per-layer change of log(tr V/m) (derivations in measure_fig4's docstring); O(1), not O(1/n).
+# Leading-order per-layer change of log(tr V/m) (derivations in compute_fig4's docstring); O(1), not O(1/n).
 LOG_TRACE_RATE = {"no_centering": math.log(1 + 3 * GAMMA**2), "no_identity": math.log(1 - GAMMA**2)}
 
 
@@ -217,7 +217,7 @@ def final_stats(rho: np.ndarray, log_tr: np.ndarray) -> dict[str, float]:
             "log_trace_rate": float((log_tr[:, -1].mean() - log_tr[:, d // 2].mean()) / (d - d // 2))}
 
 
-def measure_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
+def compute_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ablations of shaped attention (attention-only blocks; "shaped" adds the MLP) at depth = width n
     for two widths: each ablation leaves the O(1/n)-per-layer regime of the SDE, so its law at t = 1
@@ -252,7 +252,7 @@ def measure_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
 
 def table_fig4(summary: dict[str, Any]) -> Table:
     """Per variant and width: final mean and spread of ρ, n·std ρ, final mean log(tr V/m) and its per-layer
-    rate (the leading-order prediction in brackets where `measure_fig4` derives one)."""
+    rate (the leading-order prediction in brackets where `compute_fig4` derives one)."""
     rows = []
     for v in FIG4_VARIANTS:
         for w in summary["widths"]:
@@ -284,8 +284,8 @@ def plot_fig4(data: dict[str, Any], summary: dict[str, Any]) -> Any:
 
 
 def fig4(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`measure_fig4` → `table_fig4` + `plot_fig4`, written as fig4.{json,md,png}; returns the summary."""
-    data, summary = measure_fig4(quick, show_progress, **sizes)
+    """`compute_fig4` → `table_fig4` + `plot_fig4`, written as fig4.{json,md,png}; returns the summary."""
+    data, summary = compute_fig4(quick, show_progress, **sizes)
     return write_outputs(out_dir, "fig4", data, summary, section("Fig. 4 — ablations of shaped attention",
                                                                  table_fig4(summary)), plot_fig4(data, summary))
 
@@ -306,7 +306,7 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def measure_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
+def compute_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blow-up vs gamma and initial scale s, V0 = s·[[1, ρ0], [ρ0, 1]]: the SDE ("transformer", t = 1) and
     finite "shaped" networks at depth = width (t = 1), same γ, τ0 and threshold.
@@ -377,8 +377,8 @@ def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
 
 def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
          ) -> dict[str, Any]:
-    """`measure_fig5` → `table_fig5` + `plot_fig5`, written as fig5.{json,md,png}; returns the summary."""
-    data, summary = measure_fig5(quick, blowup, show_progress, **sizes)
+    """`compute_fig5` → `table_fig5` + `plot_fig5`, written as fig5.{json,md,png}; returns the summary."""
+    data, summary = compute_fig5(quick, blowup, show_progress, **sizes)
     return write_outputs(out_dir, "fig5", data, summary, section("Fig. 5 — blow-up: SDE vs networks",
                                                                  table_fig5(summary)), plot_fig5(data, summary))
 

@@ -24,7 +24,7 @@ def shaped_model(shaping: str, gamma: float, qk_scaling: str = "weights") -> dic
             "qk_scaling": qk_scaling}
 
 
-def tables(size: Mapping[str, Any], overrides: Mapping[str, Any], ff_mult: int, diag_every: int = 0
+def run_config(size: Mapping[str, Any], overrides: Mapping[str, Any], ff_mult: int, diag_every: int = 0
            ) -> dict[str, Any]:
     """The run-config sections of one encoder at ``size`` (steps, batch_size, n_layers, d_model,
     eval_batches), MLP width ``ff_mult``·d, diagnostics every ``diag_every`` steps (0: none)."""

@@ -31,7 +31,7 @@ from ..train.sweep_report import log_ticks
 from . import verdicts
 from .claim import Claim, Model, lr_text, stat_text, tuned
 from .report import Table
-from .shaped_setup import shaped_model, tables
+from .shaped_setup import run_config, shaped_model
 from .training import mean_curve, undiverged_curves
 from .tuning import MAX_EXTEND, TUNING_SEED
 
@@ -47,9 +47,10 @@ QUICK = {**FULL, "steps": 16, "batch_size": 8, "n_layers": 2, "d_model": 32, "ev
 
 def models(s: Mapping[str, Any]) -> list[Model]:
     """Pre-LN first, then shaped per training variant and γ, each tuned on its own grid."""
-    out = [Model(BASELINE, "Pre-LN", tables(s, {"scheme": "preln"}, FF_MULT), s["preln_lrs"])]
-    out += [Model(f"shaped-{v}-{g:g}", f"shaped {v} γ={g:g}", tables(s, shaped_model(v, g, s["qk_scaling"]), FF_MULT),
-                  s["shaped_lrs"], attrs={"shaping": v, "gamma": g}) for v in s["shapings"] for g in s["gammas"]]
+    out = [Model(BASELINE, "Pre-LN", run_config(s, {"scheme": "preln"}, FF_MULT), s["preln_lrs"])]
+    out += [Model(f"shaped-{v}-{g:g}", f"shaped {v} γ={g:g}",
+                  run_config(s, shaped_model(v, g, s["qk_scaling"]), FF_MULT), s["shaped_lrs"],
+                  attrs={"shaping": v, "gamma": g}) for v in s["shapings"] for g in s["gammas"]]
     return out
 
 

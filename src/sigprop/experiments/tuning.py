@@ -12,7 +12,7 @@ sweep folder, so a rerun skips finished points and every text run shares one tok
 sweep's line plus the run's curves (`read_run`).
 
     from sigprop.experiments.tuning import tune
-    m = tune("runs/x/sweeps", tables, [1e-3, 3e-3, 1e-2], tuning_seed=100, seeds=[0, 1, 2])
+    m = tune("runs/x/sweeps", run_config, [1e-3, 3e-3, 1e-2], tuning_seed=100, seeds=[0, 1, 2])
     m["best_lr"], m["lr_grid"], m["tuning_loss"], m["final_loss"], m["extended"]
 """
 from __future__ import annotations
@@ -30,11 +30,11 @@ MAX_EXTEND = 2
 TUNING_SEED = 100        # the seed every claim tunes on; the scored seeds are small integers
 
 
-def sweep_runs(out: str | Path, tables: Mapping[str, Any], lrs: Sequence[float], seeds: Sequence[int],
+def sweep_runs(out: str | Path, run_config: Mapping[str, Any], lrs: Sequence[float], seeds: Sequence[int],
                jobs: int = 1) -> list[dict[str, Any]]:
-    """Train ``tables`` (run-config sections) at every lr × seed as one sweep in ``out`` (finished points
+    """Train ``run_config`` (run-config sections) at every lr × seed as one sweep in ``out`` (finished points
     are reused); one record per point, lr-major, with ``lr``, ``seed`` and the run's curves (`read_run`)."""
-    spec = SweepSpec(dict(tables), {"optim.lr": list(lrs), "seed": list(seeds)}, Path(out))
+    spec = SweepSpec(dict(run_config), {"optim.lr": list(lrs), "seed": list(seeds)}, Path(out))
     out_records = []
     for r in run_sweep(spec, jobs=jobs, resume=True, progress=False):
         curves = read_run(r["config"]["train"]["out_dir"], r["error"])
@@ -42,14 +42,14 @@ def sweep_runs(out: str | Path, tables: Mapping[str, Any], lrs: Sequence[float],
     return out_records
 
 
-def tune(out: str | Path, tables: Mapping[str, Any], grid: Sequence[float], tuning_seed: int,
+def tune(out: str | Path, run_config: Mapping[str, Any], grid: Sequence[float], tuning_seed: int,
          seeds: Sequence[int], jobs: int = 1, max_extend: int = MAX_EXTEND) -> dict[str, Any]:
     """The protocol above for one model; returns the tuned-model numbers the verdict rules read
     (``lr_grid``, ``tuning_loss``, ``tuning_seed``, ``best_lr``, ``seeds``, ``final_loss``), with
     ``at_edge``, ``extended`` (one line per added lr) and the records (``tuning_runs``, ``runs``)."""
     if tuning_seed in seeds:
         raise UserError(f"tuning_seed={tuning_seed} must not be one of the scored seeds {list(seeds)}")
-    runs = {r["lr"]: r for r in sweep_runs(out, tables, sorted(grid), [tuning_seed], jobs)}
+    runs = {r["lr"]: r for r in sweep_runs(out, run_config, sorted(grid), [tuning_seed], jobs)}
     extended: list[str] = []
     while len(extended) < max_extend:
         lrs = sorted(runs)
@@ -57,13 +57,13 @@ def tune(out: str | Path, tables: Mapping[str, Any], grid: Sequence[float], tuni
         if step is None:
             break
         new, direction = step
-        runs[new] = sweep_runs(out, tables, [new], [tuning_seed], jobs)[0]
+        runs[new] = sweep_runs(out, run_config, [new], [tuning_seed], jobs)[0]
         extended.append(f"best lr at the {'top' if direction == 'up' else 'bottom'} of "
                         f"{', '.join(f'{x:g}' for x in lrs)}: added {new:g}")
     lrs = sorted(runs)
     losses = [runs[x]["final_val_loss"] for x in lrs]
     lr, edge = best_lr(lrs, losses)
-    scored = sweep_runs(out, tables, [lr], seeds, jobs) if lr is not None and seeds else []
+    scored = sweep_runs(out, run_config, [lr], seeds, jobs) if lr is not None and seeds else []
     return {"lr_grid": lrs, "tuning_loss": losses, "tuning_seed": tuning_seed, "best_lr": lr, "at_edge": edge,
             "extended": extended, "seeds": list(seeds), "final_loss": [r["final_val_loss"] for r in scored],
             "tuning_runs": [runs[x] for x in lrs], "runs": scored}
