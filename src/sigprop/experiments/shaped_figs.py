@@ -12,7 +12,7 @@
     from sigprop.experiments import shaped_figs
     summary = shaped_figs.run("runs/shaped_figs")      # one subfolder per figure: JSON + PNG + Markdown
 
-Each figure is measure → table → plot: ``measure_figN`` returns (data, summary), ``table_figN(summary)`` the
+Each figure is compute → table → plot: ``compute_figN`` returns (data, summary), ``table_figN(summary)`` the
 table and ``plot_figN(data, summary)`` the figure; ``figN`` writes them. Sizes: ``FIGN_SIZES`` (full and
 quick), any key overridden by a keyword (``sigprop reproduce figN --set samples=200``); ``FIGN`` is the
 registry's entry. What the figures show and how they
