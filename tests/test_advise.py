@@ -1,6 +1,7 @@
 """`sigprop.advice`: the exponents against finite networks, the refusals, the JSON schema, the range test."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,3 +170,16 @@ def test_advise_on_a_transformers_gpt2_plain_and_after_apply():
         assert abs(a.lambda_g - a.lambda_g_measured) <= 0.03 + 0.1 * abs(a.lambda_g)
         assert a.lr_interval[0] <= a.recommended_lr <= a.lr_interval[1] <= a.max_stable_lr * (1 + 1e-12)
         assert math.isfinite(a.lambda_a) and a.lambda_a_measured is None
+
+
+def test_the_command_reports_what_it_cannot_judge_in_one_line(capsys):
+    """A bad lr, a usage error and a ViT run: exit 2, one line naming the input, no traceback."""
+    from sigprop.advice.commands import advise_main
+
+    decoder = str(Path(__file__).resolve().parents[1] / "configs" / "tiny_decoder.toml")
+    for argv, needle in ((["--config", decoder, "--lrs", "-1"], "lrs must be positive"),
+                         (["--config", decoder, "--bogus"], "unrecognized arguments"),
+                         (["--config", decoder, "--set", "model.arch=vit", "--set", "data.source=digits"], "vit")):
+        assert advise_main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..console import UserError
 from ..diagnostics import measure
 from ..diagnostics.measure import output_tensor
 from ..experiments.training import unigram_nll
@@ -296,7 +297,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     asked = [optim_cfg.lr] if lrs is None else [float(x) for x in lrs]
     bad = [x for x in asked if not (math.isfinite(x) and x > 0)]
     if bad or not asked:
-        raise ValueError(f"advise: lrs must be positive finite numbers, got {list(lrs or [])}")
+        raise UserError(f"advise: lrs must be positive finite numbers, got {list(lrs or [])}")
     hf = _is_hf(inputs.model)
     la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
     p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
