@@ -60,10 +60,12 @@ class TrainState:
 
 def block_grad_norms(model: nn.Module) -> list[float]:
     """The gradient norm of each `sigprop.nn.block.Block` of ``model``'s parameters, in module order (an encdec's
-    encoder blocks, then its decoder's)."""
-    return [float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in b.parameters()
-                                                        if p.grad is not None])))
-            for b in model.modules() if isinstance(b, Block)]
+    encoder blocks, then its decoder's); 0 for a block none of whose parameters has a gradient."""
+    out = []
+    for block in (m for m in model.modules() if isinstance(m, Block)):
+        grads = [torch.linalg.vector_norm(p.grad) for p in block.parameters() if p.grad is not None]
+        out.append(float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0)
+    return out
 
 
 class Trainer:
@@ -173,11 +175,14 @@ class Trainer:
         return record if blocks is None else {**record, "block_grad_norms": blocks}
 
     # -- evaluation ---------------------------------------------------------------------
+    def _last_step(self) -> int:
+        """The step the run ends after: ``train.stop_at`` when set, else ``train.steps``."""
+        return self.cfg.train.stop_at or self.cfg.train.steps
+
     def _evaluates(self, step: int) -> bool:
         """Whether the loop evaluates after ``step``: every ``eval_every`` steps and at the last step."""
         t = self.cfg.train
-        last = step == (t.stop_at or t.steps)
-        return bool(t.eval_batches) and (last or bool(t.eval_every and step % t.eval_every == 0))
+        return bool(t.eval_batches) and (step == self._last_step() or bool(t.eval_every and step % t.eval_every == 0))
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
@@ -264,7 +269,7 @@ class Trainer:
                     torch.manual_seed(t.seed + self.dist.rank + self.state.step)
             elif t.eval_batches:
                 self.log(self.evaluate())                     # the baseline at step 0
-            end = t.stop_at or t.steps
+            end = self._last_step()
             while self.state.step < end:
                 self._call("on_step_start")
                 self.log(self.train_step())
