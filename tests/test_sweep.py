@@ -250,3 +250,68 @@ def test_a_grid_over_the_old_norm_key_resolves_to_norm_placement(tmp_path):
     new = resolve(load_spec(write(tmp_path / "new", '"model.norm_placement" = ["pre", "post"]', dslm)))
     assert [c.model for _, c in old] == [c.model for _, c in new]
     assert [c.model.norm_placement for _, c in old] == ["pre", "post"]
+
+
+def test_around_advice_centres_each_groups_grid_on_its_own_lr(tmp_path, counted, capsys):
+    """Each group (scheme) gets the grid's shape around its own centre, measured once for all its seeds and kept
+    for --resume and --report-only; a folder centred on advice is refused without the flag."""
+    cfg = write(tmp_path, '"optim.lr" = [0.5, 2.0]\n"model.scheme" = ["preln", "dslm"]\nseed = [0, 1]',
+                "around_advice = true")
+    asked = []
+
+    def centre(c):
+        asked.append((c.model.scheme, c.train.seed, c.data.tokenizer))
+        return {"preln": 1e-3, "dslm": 4e-3}[c.model.scheme], {"why": "test"}
+
+    records = run_sweep(load_spec(cfg), progress=False, centre=centre)
+    assert [(s, seed) for s, seed, _ in asked] == [("preln", 0), ("dslm", 0)]
+    assert all(tok for _, _, tok in asked)                                  # the sweep's pinned tokenizer
+    lrs = {(r["point"]["model.scheme"], r["point"]["seed"]): [] for r in records}
+    for r in records:
+        lrs[r["point"]["model.scheme"], r["point"]["seed"]].append(r["point"]["optim.lr"])
+        assert r["config"]["optim"]["lr"] == r["point"]["optim.lr"]
+    assert lrs == {("preln", 0): [5e-4, 2e-3], ("preln", 1): [5e-4, 2e-3], ("dslm", 0): [2e-3, 8e-3],
+                   ("dslm", 1): [2e-3, 8e-3]}
+    out = tmp_path / "out"
+    assert json.loads((out / "lr_centres.json").read_text())["scheme=dslm"] == {"lr": 4e-3, "detail": {"why": "test"}}
+    assert run_sweep(load_spec(cfg), resume=True, progress=False, centre=centre) == records
+    assert len(asked) == 2 and counted["points"] == 8
+
+    plain = write(tmp_path, '"optim.lr" = [0.5, 2.0]\n"model.scheme" = ["preln", "dslm"]\nseed = [0, 1]')
+    assert main(["sweep", "--config", plain, "--report-only"]) == 2
+    assert "centred on advice" in capsys.readouterr().err
+    assert main(["sweep", "--config", plain, "--report-only", "--around-advice"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [g["lrs"] for g in summary["groups"]] == [[5e-4, 2e-3], [2e-3, 8e-3]]
+
+
+@pytest.mark.parametrize("grid,match", [
+    ('"model.scheme" = ["preln"]', "needs sweep.grid.'optim.lr'"),
+    ('"optim.lr" = [0.0, 1.0]', "positive numbers"),
+])
+def test_around_advice_needs_an_lr_grid_to_centre(tmp_path, counted, grid, match):
+    with pytest.raises(ValueError, match=match):
+        load_spec(write(tmp_path, grid, "around_advice = true"))
+    assert counted == {"points": 0, "tokenizer": 0}
+
+
+def test_around_advice_refuses_a_centre_that_is_not_a_positive_lr(tmp_path, counted):
+    spec = load_spec(write(tmp_path, GRID, "around_advice = true"))
+    with pytest.raises(ValueError, match="advised lr of group 'all' is nan"):
+        run_sweep(spec, progress=False, centre=lambda c: (math.nan, {}))
+    assert counted["points"] == 0
+
+
+@pytest.mark.slow
+def test_around_advice_from_the_command_line_uses_advise(tmp_path):
+    """``sigprop sweep --around-advice``: the centre is advise's recommended lr for the group's config."""
+    from sigprop.advice import advise
+
+    cfg = write(tmp_path, '"optim.lr" = [0.5, 2.0]\nseed = [0]')
+    assert main(["sweep", "--config", cfg, "--around-advice", "--no-progress"]) == 0
+    (centre,) = json.loads((tmp_path / "out" / "lr_centres.json").read_text()).values()
+    spec = load_spec(cfg, around_advice=True)
+    (point, run_cfg), _ = resolve(spec)
+    assert centre["lr"] == pytest.approx(advise(run_cfg).recommended_lr, rel=1e-6)
+    assert [r["point"]["optim.lr"] for r in finished_records(tmp_path / "out" / "sweep.jsonl").values()] == \
+        pytest.approx([centre["lr"] / 2, centre["lr"] * 2], rel=1e-5)

@@ -7,6 +7,7 @@ A sweep file is TOML with a ``[sweep]`` table; its other tables ([model], [data]
     base = "../tiny_decoder.toml"     # optional, relative to this file
     out_dir = "runs/sweep"            # sweep.jsonl, points/, tokenizer.json, plots and summary
     size = "model.n_layers"           # optional: the size axis (numbers, or categories: strings/booleans)
+    around_advice = false             # optional: centre each group's lr grid on its advised lr (below)
     [sweep.set]                       # optional: overrides applied to every point
     "train.steps" = 200
     [sweep.grid]                      # every combination is one point; "seed" is train.seed
@@ -23,6 +24,12 @@ finished when its line is in ``sweep.jsonl`` (written by the parent, flushed and
 (fixed seeds). Ctrl-C stops the workers' runs after their current step; nothing finished is lost.
 The report (`sweep_report`) is built from those lines alone: ``--report-only`` rebuilds it without
 running anything, and a failing report leaves ``sweep.jsonl`` as it was.
+
+**Centred grids** (``around_advice``): the ``optim.lr`` values give the grid's shape, and each group (the points
+that differ only in lr and seed) gets its own grid, those values times c_g / ḡ, where ḡ is their geometric mean
+and c_g the group's centre (the command's ``--around-advice`` takes `sigprop.advice.advise`'s recommended lr,
+measured once per group on its first point). The centres are kept in ``out_dir/lr_centres.json`` as they are
+measured, so ``--resume`` and ``--report-only`` rebuild the same points without measuring again.
 """
 from __future__ import annotations
 
@@ -31,42 +38,29 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
-import shlex
-import sys
+import statistics
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..console import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    EXIT_OK,
-    USER_ERRORS,
-    Parser,
-    UserError,
-    add_progress_flag,
-    fail,
-    read_toml,
-    set_dotted,
-    split_key,
-)
+from ..console import UserError, read_toml, set_dotted, split_key
 from ..console import progress as progress_bar
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
 from .run_dir import clear
 from .run_summary import CURVES, read_run
-from .sweep_report import check_size, write_report
+from .sweep_report import LR, check_size, group_label
 from .tokenizer import BPETokenizer
 from .trainer import NonFiniteLossError
 
-SWEEP_KEYS = ("base", "out_dir", "size", "set", "grid")
+SWEEP_KEYS = ("base", "out_dir", "size", "set", "grid", "around_advice")
+CENTRES = "lr_centres.json"
 SIZE_KEYS = ("model.n_layers", "model.d_model")
 POINT_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1}
 
@@ -80,11 +74,26 @@ class SweepSpec:
     out_dir: Path
     size: str | None = None                    # the size axis: a grid key (numbers or categories) or None
     fixed: dict[str, Any] = field(default_factory=dict)   # dotted overrides on every point
+    around_advice: bool = False                # each group's lr grid centred on ``centres[group]``
+    centres: dict[str, float] = field(default_factory=dict)   # group label -> centre lr (``around_advice``)
 
-    def points(self) -> list[dict[str, Any]]:
-        """Every grid combination as {dotted key: value}, in grid order."""
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every grid combination as {dotted key: value}, in grid order, with the grid's own lr values."""
         keys = list(self.grid)
         return [dict(zip(keys, combo)) for combo in itertools.product(*(self.grid[k] for k in keys))]
+
+    def points(self) -> list[dict[str, Any]]:
+        """`grid_points`, each lr moved to its group's centred grid under ``around_advice`` (module docstring);
+        UserError for a group whose centre is not measured yet."""
+        points = self.grid_points()
+        if not self.around_advice:
+            return points
+        mean = math.exp(statistics.fmean(math.log(v) for v in self.grid[LR]))
+        missing = [g for g in dict.fromkeys(map(group_label, points)) if g not in self.centres]
+        if missing:
+            raise UserError(f"sweep.around_advice: no advised lr for group {missing[0]!r} yet in "
+                            f"{self.out_dir / CENTRES}; run the sweep with --around-advice to measure it")
+        return [{**p, LR: float(f"{p[LR] * self.centres[group_label(p)] / mean:.6g}")} for p in points]
 
 
 def _dotted(key: str) -> str:
@@ -110,9 +119,10 @@ def point_id(spec: SweepSpec, point: Mapping[str, Any]) -> str:
     return f"{readable[:80]}-{digest}".replace("/", "_").replace(" ", "")
 
 
-def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
+def load_spec(path: str | Path, out_dir: str | Path | None = None, around_advice: bool = False) -> SweepSpec:
     """Read a sweep file; check its [sweep] table (keys, grid lists without repeats, a size axis the report can
-    use). Raises UserError naming the first bad key."""
+    use, an lr grid to centre). ``around_advice``: as ``sweep.around_advice = true``; the centres measured so far
+    are read from ``out_dir/lr_centres.json``. Raises UserError naming the first bad key."""
     path = Path(path)
     raw = read_toml(path)
     sweep = raw.pop("sweep", None)
@@ -147,7 +157,19 @@ def load_spec(path: str | Path, out_dir: str | Path | None = None) -> SweepSpec:
     for key in fixed:
         _dotted(key)
     out = Path(out_dir if out_dir is not None else sweep.get("out_dir", "runs/sweep"))
-    return SweepSpec(base, grid, out, size, fixed)
+    around = around_advice or sweep.get("around_advice", False)
+    if not isinstance(around, bool):
+        raise UserError(f"sweep.around_advice={around!r} must be true or false")
+    if around:
+        lrs = grid.get(LR, [])
+        if not lrs or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in lrs):
+            raise UserError(f"sweep.around_advice needs sweep.grid.{LR!r} as a list of positive numbers (the shape of "
+                            f"every group's lr grid), got {lrs!r}")
+    elif (out / CENTRES).exists():
+        raise UserError(f"{out} is a sweep centred on advice ({CENTRES}); pass --around-advice (or set "
+                        "sweep.around_advice = true) to resume or report it")
+    centres = json.loads((out / CENTRES).read_text()) if around and (out / CENTRES).exists() else {}
+    return SweepSpec(base, grid, out, size, fixed, around, {g: c["lr"] for g, c in centres.items()})
 
 
 def resolve(spec: SweepSpec) -> list[tuple[dict[str, Any], RunConfig]]:
@@ -289,10 +311,37 @@ def worker_pool(jobs: int) -> cf.Executor:
                                   initargs=(max(1, torch.get_num_threads() // jobs),))
 
 
-def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+Centre = Callable[[RunConfig], tuple[float, dict[str, Any]]]     # a group's config -> (centre lr, what decided it)
+
+
+def measure_centres(spec: SweepSpec, resolved: Sequence[tuple[dict[str, Any], RunConfig]], centre: Centre,
+                    progress: bool = True) -> SweepSpec:
+    """``spec`` with a centre for every group (``around_advice``): ``centre`` of the config of each group's first
+    point in ``resolved`` (the grid's own lrs, tokenizers pinned) not yet in ``out_dir/lr_centres.json``, which
+    gets each one as it is measured ({group: {"lr", "detail"}})."""
+    path = spec.out_dir / CENTRES
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    firsts: dict[str, RunConfig] = {}
+    for p, c in resolved:
+        firsts.setdefault(group_label(p), c)
+    todo = [(g, c) for g, c in firsts.items() if g not in stored]
+    for g, c in progress_bar(todo, desc="advice", enabled=progress):
+        lr, detail = centre(c)
+        if not (math.isfinite(lr) and lr > 0):
+            raise UserError(f"sweep.around_advice: the advised lr of group {g!r} is {lr!r}, not a positive number")
+        stored[g] = {"lr": lr, "detail": detail}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stored, indent=1))
+        tmp.replace(path)
+    return replace(spec, centres={g: c["lr"] for g, c in stored.items()})
+
+
+def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bool = True,
+              centre: Centre | None = None) -> list[dict[str, Any]]:
     """Run every unfinished point (``jobs`` worker processes, or in-process for 1); returns all records in grid
-    order."""
-    resolved = resolve(spec)                                  # every point validated before anything runs
+    order. Under ``around_advice`` the groups' centres come first (`measure_centres` with ``centre``; without it
+    every centre must be stored already)."""
+    resolved = resolve(replace(spec, around_advice=False))    # every point validated before anything runs
     log = spec.out_dir / "sweep.jsonl"
     done = finished_records(log)
     if done and not resume:
@@ -301,6 +350,9 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     _drop_torn_tail(log)
     resolved = pin_tokenizers(spec, resolved)
+    if spec.around_advice:
+        spec = measure_centres(spec, resolved, centre, progress) if centre else spec
+        resolved = pin_tokenizers(spec, resolve(spec))
     todo = [(p, c) for p, c in resolved if point_id(spec, p) not in done]
     bar = {"desc": "sweep", "total": len(resolved), "initial": len(resolved) - len(todo), "enabled": progress}
     if jobs <= 1:
@@ -316,53 +368,3 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
                 _append(log, r)
                 done[r["id"]] = r
     return [done[point_id(spec, p)] for p, _ in resolved]
-
-
-def _write_report(spec: SweepSpec, records: list[dict[str, Any]], rebuild: str) -> int:
-    """Write the report; on failure say that the points are kept and how to rebuild (exit 2 for an OSError, such
-    as a full disk, else 1 after the traceback: a failing report is a bug)."""
-    try:
-        summary = write_report(records, spec.size, spec.out_dir)
-    except Exception as e:
-        if not isinstance(e, OSError):
-            traceback.print_exc()
-        print(f"sigprop sweep: error: the report failed ({type(e).__name__}: {' '.join(str(e).split())}); the "
-              f"{len(records)} finished points are kept in {spec.out_dir / 'sweep.jsonl'}; rebuild the report with: "
-              f"{rebuild}", file=sys.stderr)
-        return EXIT_INVALID if isinstance(e, OSError) else EXIT_FAILED
-    print(summary["table"])
-    return EXIT_OK
-
-
-def sweep_main(argv: Sequence[str]) -> int:
-    """``sigprop sweep --config FILE [--jobs N] [--resume | --report-only] [--out DIR]``: run, then write plots and
-    the summary; ``--report-only`` writes them from ``sweep.jsonl`` without running a point."""
-    p = Parser(prog="sigprop sweep", description="Train a grid of run configs (see configs/sweep/).")
-    p.add_argument("--config", required=True, help="TOML file with a [sweep] table")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes (1 = in this process)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="skip the points already in sweep.jsonl")
-    mode.add_argument("--report-only", action="store_true",
-                      help="run nothing: rebuild the plots and summary from the points in sweep.jsonl")
-    p.add_argument("--out", default=None, help="output folder (overrides sweep.out_dir)")
-    add_progress_flag(p)
-    try:
-        args = p.parse_args(list(argv))
-        rebuild = shlex.join(["sigprop", "sweep", "--config", args.config, *(["--out", args.out] if args.out else []),
-                              "--report-only"])
-        spec = load_spec(args.config, args.out)
-        if args.report_only:
-            records, total = logged_records(spec)
-        else:
-            records = run_sweep(spec, args.jobs, args.resume, args.progress)
-            total = len(records)
-    except USER_ERRORS as e:
-        return fail("sigprop sweep", e)
-    except KeyboardInterrupt:
-        print("sigprop sweep: interrupted; finished points are in sweep.jsonl, rerun with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    code = _write_report(spec, records, rebuild)
-    if code == EXIT_OK:
-        unfinished = f" ({total - len(records)} not finished: --resume runs them)" if total > len(records) else ""
-        print(f"sigprop sweep: {len(records)} points{unfinished}, results in {spec.out_dir}")
-    return code

@@ -21,7 +21,7 @@ import json
 import math
 import numbers
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -56,8 +56,13 @@ def check_size(size: str, values: Sequence[Any]) -> str:
     return size_kind(values, f"sweep.size={size!r}")
 
 
-def _label(point: dict[str, Any], skip: Sequence[str]) -> str:
+def _label(point: Mapping[str, Any], skip: Sequence[str]) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items() if k not in skip) or "all"
+
+
+def group_label(point: Mapping[str, Any]) -> str:
+    """The group of a point: its values except the lr and the seed (``n_layers=4, scheme=preln``)."""
+    return _label(point, (LR, *SEEDS))
 
 
 def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, Any]:
@@ -68,7 +73,7 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
     skip_group = (LR, *SEEDS)
     groups: dict[str, dict[str, Any]] = {}
     for r in records:
-        g = groups.setdefault(_label(r["point"], skip_group), {
+        g = groups.setdefault(group_label(r["point"]), {
             "panel": _label(r["point"], (*skip_group, size)) if size else "all",
             "size": r["point"].get(size) if size else None, "runs": {}})
         g["runs"].setdefault(r["point"].get(LR, r["config"]["optim"]["lr"]), []).append(r)
