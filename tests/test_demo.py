@@ -2,6 +2,7 @@
 the text table and the RESULTS.md builder."""
 import json
 
+from sigprop.experiments import demo
 from sigprop.experiments.report import Table
 from sigprop.experiments.results import collect, rejudge
 
@@ -17,17 +18,18 @@ def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
                                                     "Post-LN DSLM"}
     assert set(data["training"]) == {"shaped (no LN, recover)", "Pre-LN", "GPT-2 style (Pre-LN)", "DSLM (Pre-LN)"}
     for r in data["training"].values():
-        assert len(r["val_curve"]) >= 2 and not r["diverged"]
-    choice = data["lr_choice"]                        # the baselines' lr: the best of their grid on the tuning seed
-    assert "demo.choose_lrs(" in choice["command"]
-    for label in ("Pre-LN", "GPT-2 style (Pre-LN)"):
-        c = choice[label]
-        assert c["best_lr"] == data["training"][label]["lr"] and c["best_lr"] in c["lr_grid"]
-        assert c["tuning_seed"] != data["meta"]["seed"] and c["tuning_loss"][c["lr_grid"].index(c["best_lr"])] == min(
-            c["tuning_loss"])
-    assert json.loads((tmp_path / "training/lr_choice.json").read_text())["command"] == choice["command"]
+        assert len(r["val_curve"]) >= 2
+    advice = data["advice"]                           # every model at the lr advise recommended for it
+    assert "demo.advise_lr(" in advice["command"]
+    for label, a in advice["advice"].items():
+        assert a["lr"] == data["training"][label]["lr"] and a["interval"][0] <= a["lr"] <= a["interval"][1]
+        assert a["lr"] <= a["max_stable_lr"] and a["cost_s"] > 0
+    swept = advice["advice"][demo.SWEPT]
+    assert [p["lr"] for p in advice["sweep"]["points"]] == [p["lr"] for p in swept["predictions"]] == list(
+        demo.SWEEP_LRS["quick"])
+    assert json.loads((tmp_path / "training/advice.json").read_text())["command"] == advice["command"]
     assert len(data["table"]["rows"]) >= 10
-    for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json"):
+    for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json", "training/advice.png"):
         assert (tmp_path / part).stat().st_size > 0
 
 

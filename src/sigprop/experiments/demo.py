@@ -7,12 +7,11 @@
    96, measured per sublayer and predicted by `sigprop.models.predict` (`dslm_moments.run`).
 3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model, the GPT-2-style init
    (scheme "gpt2": std 0.02, output projections 0.02/√(2L)) and a DSLM model of the same size, trained for
-   the same steps on the embedded corpus (causal LM); validation loss curves. The two baselines (Pre-LN,
-   GPT-2 style) get a tuned lr: `tune_baseline` trains each on its 3-point grid (`LR_GRID`, ×√10-spaced
-   around where its optimum lies) on a tuning seed (not the demo's seed), extends it past an edge that holds
-   the optimum (`sigprop.experiments.tuning`) and stores the choice with the command that reproduces it
-   (``training/lr_choice.json``); shaped and DSLM keep `FIXED_LR`, so the comparison is, if anything,
-   tilted toward the baselines.
+   the same steps on the embedded corpus (causal LM); validation loss curves. One rule sets every model's lr:
+   `sigprop.advice.advise` on the run's own config, before it trains (a few forward/backward passes at init);
+   each model trains at its recommended lr. Beside it, the Pre-LN model (`SWEPT`) also trains at every lr of
+   a small fixed grid (`SWEEP_LRS`), so the advised lr can be read against the loss-vs-lr curve it was meant to
+   hit (``training/advice.json`` holds each advice, the grid's losses and the command that reproduces them).
 
 The parts run as independent tasks on two worker processes with one torch thread each
 (`sigprop.train.sweep.worker_pool`, `run_parts`), so the two cores stay busy from start to end.
@@ -29,7 +28,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -37,12 +36,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from tqdm.auto import tqdm
 
+from ..advice import advise
+from ..train.config import RunConfig, from_mapping
 from ..train.sweep import worker_pool
+from ..train.sweep_report import log_ticks
 from . import dslm_moments, shaped_figs
-from .outputs import progress, write_outputs
+from .outputs import write_outputs
 from .report import Figure, Section, Table, write_html
 from .training import train_run
-from .tuning import TUNING_SEED, numbers, tune
 
 # the training comparison: one size, four schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
@@ -51,10 +52,8 @@ TRAIN_MODELS = {
     "GPT-2 style (Pre-LN)": {"scheme": "gpt2"},
     "DSLM (Pre-LN)": {"scheme": "dslm", "norm_placement": "pre"},
 }
-TUNED = ("Pre-LN", "GPT-2 style (Pre-LN)")       # the baselines whose lr `tune_baseline` picks
-FIXED_LR = 1e-3                                  # the other models' lr
-LR_GRID = {"full": {"Pre-LN": (3e-3, 1e-2, 3e-2), "GPT-2 style (Pre-LN)": (3e-4, 1e-3, 3e-3)},
-           "quick": {"Pre-LN": (1e-3, 1e-2), "GPT-2 style (Pre-LN)": (1e-3, 1e-2)}}
+SWEPT = "Pre-LN"                                 # the model whose advised lr is shown beside a small lr grid
+SWEEP_LRS = {"full": (1e-3, 3e-3, 1e-2, 3e-2), "quick": (1e-3, 1e-2)}
 FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16}
 JOBS = 2                                         # worker processes for the training runs (2 cores)
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
@@ -75,10 +74,12 @@ READ = {
                "theory. The median error is |predicted / measured − 1| over sublayers, beside its Monte-Carlo "
                "standard error.",
     "training": "Validation loss (nats per token) of four models of the same size trained with the same data and "
-                "steps. Pre-LN and the GPT-2-style init each train at the lr a small grid chose for them on another "
-                "seed (table: grid, choice, and the command that made it); shaped and DSLM at one fixed lr. The "
-                "shaped model has no LayerNorm at all; similar curves mean shaping replaces normalization. One "
-                "seed: an illustration, not a claim (the claims and their rules: docs/RESULTS.md).",
+                "steps, each at the lr that sigprop advise recommended for it from a few forward/backward passes at "
+                "initialization (no training run; table: the advised lr, its interval, the largest stable lr and "
+                "the quantity that sets it). The second table and figure check the advice on one model: its loss "
+                "over a small lr grid beside the loss at the advised lr. The shaped model has no LayerNorm at all; "
+                "similar curves mean shaping replaces normalization. One seed: an illustration, not a claim (the "
+                "claims and their rules: docs/RESULTS.md; advise's evaluation: docs/advise.md).",
 }
 
 
@@ -97,42 +98,53 @@ def _slug(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", label.split()[0].lower())
 
 
-def tune_baseline(out_dir: str | Path, label: str, quick: bool = False) -> dict[str, Any]:
-    """The lr of the `TUNED` baseline ``label`` at the demo's size: `tuning.tune` over its ``LR_GRID`` on
-    `TUNING_SEED` (never the demo's seed), extended past an edge (not in quick mode), in
-    ``out_dir/sweeps/<label>``; returns its numbers (lr_grid, tuning_loss, best_lr, extended, ...)."""
-    size = QUICK if quick else FULL
-    grid, max_extend = (LR_GRID["quick"][label], 0) if quick else (LR_GRID["full"][label], 2)
+def run_config(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int) -> RunConfig:
+    """The `RunConfig` of ``label``'s run at the demo's ``size`` (`demo_tables`) at ``lr`` in ``out_dir``."""
     t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
-    t["train"]["eval_every"] = 0                       # the choice reads the final validation loss only
-    return numbers(tune(Path(out_dir) / "sweeps" / _slug(label), t, grid, TUNING_SEED, [], max_extend=max_extend))
+    return from_mapping(RunConfig, {**t, "optim": {**t["optim"], "lr": lr},
+                                    "train": {**t["train"], "seed": seed, "out_dir": str(out_dir)}})
 
 
-def _write_choice(out_dir: str | Path, tuned: dict[str, Any], quick: bool) -> dict[str, Any]:
-    """``out_dir/lr_choice.json``: {label: `tune_baseline` numbers} plus the command that reproduces them."""
-    out = Path(out_dir)
-    choice = {"command": f"python -c \"from sigprop.experiments import demo; demo.choose_lrs('{out}', quick={quick})\"",
-              **{label: tuned[label] for label in TUNED}}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "lr_choice.json").write_text(json.dumps(choice, indent=1))
-    return choice
+def advise_lr(out_dir: str | Path, label: str, size: dict[str, Any], seed: int = 0,
+              lrs: Sequence[float] = ()) -> dict[str, Any]:
+    """`sigprop.advice.advise` on ``label``'s run config (the run's own seed, first batch and validation batch;
+    nothing is trained): the recommended lr, its interval, the largest stable lr and the limit that sets it,
+    the predicted outcome at each of ``lrs``, and the advice's cost."""
+    cfg = run_config(Path(out_dir) / "runs" / _slug(label), label, size, max(lrs, default=1e-3), seed)
+    a = advise(cfg, lrs=list(lrs) or None)
+    return {"lr": a.recommended_lr, "interval": list(a.lr_interval), "max_stable_lr": a.max_stable_lr,
+            "decided_by": a.decided_by, "predictions": a.predictions if lrs else [], "cost_s": round(a.cost_s, 2),
+            "caveat": a.caveat}
 
 
-def choose_lrs(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
-    """`tune_baseline` for every `TUNED` baseline, one after the other; writes and returns ``lr_choice.json``."""
-    tuned = {label: tune_baseline(out_dir, label, quick)
-             for label in progress(TUNED, "demo: lr grid", enabled=show_progress)}
-    return _write_choice(out_dir, tuned, quick)
-
-
-def train_model(out_dir: str | Path, label: str, depth: int, width: int, steps: int, batch: int, lr: float,
-                seed: int = 0) -> dict[str, Any]:
-    """Train ``label`` of `TRAIN_MODELS` (`demo_tables`) at ``lr`` in ``out_dir/runs/<label>``; the
-    `train_run` record with ``lr``."""
-    t = demo_tables(label, depth, width, steps, batch)
+def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int = 0) -> dict[str, Any]:
+    """Train ``label`` of `TRAIN_MODELS` (`demo_tables`) at ``lr`` in ``out_dir/runs/<label>``; the `train_run`
+    record with ``lr``."""
+    t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
     r = train_run(Path(out_dir) / "runs" / _slug(label), t["model"], data=t["data"], optim={**t["optim"], "lr": lr},
                   train_cfg={**t["train"], "progress": False}, seed=seed)
     return {**r, "lr": lr}
+
+
+def sweep_model(out_dir: str | Path, size: dict[str, Any], lr: float, seed: int = 0) -> dict[str, Any]:
+    """`SWEPT` at one lr of `SWEEP_LRS` (evaluated at the end only), in ``out_dir/sweep/lr<lr>``."""
+    t = demo_tables(SWEPT, size["depth"], size["width"], size["steps"], size["batch"])
+    r = train_run(Path(out_dir) / "sweep" / f"lr{lr:g}", t["model"], data=t["data"], optim={**t["optim"], "lr": lr},
+                  train_cfg={**t["train"], "eval_every": 0, "progress": False}, seed=seed)
+    return {"lr": lr, "final_val_loss": r["final_val_loss"], "diverged": r["diverged"], "wall_s": r["wall_s"]}
+
+
+def _write_advice(out_dir: str | Path, advice: dict[str, Any], sweep: list[dict[str, Any]], quick: bool
+                  ) -> dict[str, Any]:
+    """``out_dir/advice.json``: {label: `advise_lr` numbers}, the `SWEPT` grid's losses and the command that
+    reproduces the advice."""
+    out = Path(out_dir)
+    doc = {"command": f"python -c \"from sigprop.experiments import demo; print(demo.advise_lr('{out}', LABEL, "
+                      f"demo.{'QUICK' if quick else 'FULL'}))\"",
+           "advice": advice, "sweep": {"model": SWEPT, "points": sweep}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "advice.json").write_text(json.dumps(doc, indent=1))
+    return doc
 
 
 def _rank_collapse(out: Path, quick: bool) -> dict[str, Any]:
@@ -146,44 +158,74 @@ def _moments(out: Path, size: dict[str, Any], quick: bool) -> dict[str, Any]:
 
 def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
               show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`),
-    longest first: the baselines' lr tunings (`tune_baseline`), the two measurements at init, the untuned models
-    at `FIXED_LR`, and each baseline at its chosen lr as soon as it is known (`train_model`, same data, steps and
-    batch for every model). Returns (rank collapse, moments, {label: run}, the lr choice)."""
-    shape = (size["depth"], size["width"], size["steps"], size["batch"])
+    """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`):
+    every model's advice first (`advise_lr`, seconds each), the two measurements at init, the `SWEPT` model at
+    each lr of its grid (`sweep_model`), and each model at its advised lr as soon as that is known
+    (`train_model`, same data, steps, batch and seed for every model). Returns (rank collapse, moments,
+    {label: run}, the advice document of `_write_advice`)."""
     training = out / "training"
-    results: dict[tuple[str, str], Any] = {}
-    with worker_pool(jobs) as pool, tqdm(total=2 * len(TUNED) + len(TRAIN_MODELS) - len(TUNED) + 2,
-                                         desc="demo", disable=not show_progress) as bar:
-        pending = {pool.submit(tune_baseline, training, label, quick): ("tune", label) for label in TUNED}
+    grid = SWEEP_LRS["quick" if quick else "full"]
+    results: dict[tuple[str, Any], Any] = {}
+    with worker_pool(jobs) as pool, tqdm(total=2 * len(TRAIN_MODELS) + len(grid) + 2, desc="demo",
+                                         disable=not show_progress) as bar:
+        pending = {pool.submit(advise_lr, training, label, size, seed, grid if label == SWEPT else ()):
+                   ("advise", label) for label in TRAIN_MODELS}
         pending[pool.submit(_moments, out, size, quick)] = ("moments", "")
         pending[pool.submit(_rank_collapse, out, quick)] = ("rank", "")
-        pending |= {pool.submit(train_model, training, label, *shape, FIXED_LR, seed): ("train", label)
-                    for label in TRAIN_MODELS if label not in TUNED}
+        pending |= {pool.submit(sweep_model, training, size, lr, seed): ("sweep", lr) for lr in grid}
         while pending:
             done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             for future in done:
                 key = pending.pop(future)
                 results[key] = future.result()
                 bar.update()
-                if key[0] == "tune":
-                    lr = results[key]["best_lr"] if results[key]["best_lr"] is not None else FIXED_LR
-                    pending[pool.submit(train_model, training, key[1], *shape, lr, seed)] = ("train", key[1])
-    choice = _write_choice(training, {label: results["tune", label] for label in TUNED}, quick)
+                if key[0] == "advise":
+                    lr = results[key]["lr"]
+                    pending[pool.submit(train_model, training, key[1], size, lr, seed)] = ("train", key[1])
+    advice = _write_advice(training, {label: results["advise", label] for label in TRAIN_MODELS},
+                           [results["sweep", lr] for lr in grid], quick)
     runs = {label: results["train", label] for label in TRAIN_MODELS}
-    return results["rank", ""], results["moments", ""], runs, choice
+    return results["rank", ""], results["moments", ""], runs, advice
 
 
-def training_table(runs: dict[str, Any], choice: dict[str, Any]) -> Table:
-    """One row per model: lr (and the grid that chose it), parameters, validation loss at step 0 and at the
-    end, wall time."""
-    lr = lambda k: (f"{runs[k]['lr']:g} (best of {', '.join(f'{x:g}' for x in choice[k]['lr_grid'])})"
-                    if k in TUNED and choice[k]["best_lr"] is not None else f"{runs[k]['lr']:g} (fixed)")
-    return Table(["model", "lr", "params", "val loss at step 0", "final val loss", "wall s"],
+def training_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
+    """One row per model: its advised lr with the interval and the limit that sets the largest stable lr,
+    parameters, validation loss at step 0 and at the end, wall time."""
+    a = advice["advice"]
+    lr = lambda k: (f"{runs[k]['lr']:.3g} [{a[k]['interval'][0]:.2g}, {a[k]['interval'][1]:.2g}], max stable "
+                    f"{a[k]['max_stable_lr']:.2g} ({a[k]['decided_by']})")
+    return Table(["model", "advised lr [interval], max stable lr", "params", "val loss at step 0", "final val loss",
+                  "wall s"],
                  [[k, lr(k), r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
                   for k, r in runs.items()],
-                 caption="Validation loss in nats per token (embedded corpus, causal LM). Tuned lrs chosen by "
-                         f"`{choice['command']}` on seed {TUNING_SEED}.")
+                 caption="Validation loss in nats per token (embedded corpus, causal LM). Every lr is advised at "
+                         f"init (`sigprop advise`; reproduce one with `{advice['command']}`).")
+
+
+def sweep_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
+    """The `SWEPT` model's grid: final loss and advise's predicted outcome at each lr, then the advised run."""
+    a, pts = advice["advice"][SWEPT], advice["sweep"]["points"]
+    said = {p["lr"]: p["outcome"] for p in a["predictions"]}
+    rows = [[f"{p['lr']:g}", _fmt(p["final_val_loss"]), said.get(p["lr"], "–")] for p in pts]
+    rows.append([f"{runs[SWEPT]['lr']:.3g} (advised)", _fmt(runs[SWEPT]["final_val_loss"]), "recommended"])
+    best = min(pts, key=lambda p: p["final_val_loss"] if math.isfinite(p["final_val_loss"]) else math.inf)
+    return Table(["lr", "final val loss", "advise predicted"], rows,
+                 caption=f"{SWEPT}: the grid's best lr is {best['lr']:g} ({_fmt(best['final_val_loss'])}); the advised "
+                         f"lr {runs[SWEPT]['lr']:.3g} ends at {_fmt(runs[SWEPT]['final_val_loss'])}.")
+
+
+def plot_advice(runs: dict[str, Any], advice: dict[str, Any]) -> Any:
+    """`SWEPT`'s final loss against lr (its grid), the advised lr (star: its run's loss) and interval (band)."""
+    a, pts = advice["advice"][SWEPT], advice["sweep"]["points"]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot([p["lr"] for p in pts], [p["final_val_loss"] for p in pts], "o-", label=f"{SWEPT}: lr grid")
+    ax.axvspan(*a["interval"], color="C1", alpha=0.15, label="advised interval")
+    ax.plot([runs[SWEPT]["lr"]], [runs[SWEPT]["final_val_loss"]], "*", color="C1", ms=14, label="advised lr")
+    log_ticks(ax, [p["lr"] for p in pts] + [runs[SWEPT]["lr"]])
+    ax.set(xlabel="peak lr", ylabel="final validation loss (nats/token)", title="advised lr against a sweep")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
 
 
 def plot_training(runs: dict[str, Any], title: str) -> Any:
@@ -222,7 +264,7 @@ def summary_table(rank: dict[str, Any], moments: dict[str, Any], runs: dict[str,
 
 
 def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, Any], runs: dict[str, Any],
-             choice: dict[str, Any], meta: dict[str, Any]) -> list[Section]:
+             advice: dict[str, Any], meta: dict[str, Any]) -> list[Section]:
     """The report's parts, from the three parts' results and the files they wrote under ``out``."""
     depth = moments["meta"]["depth"]
     return [
@@ -239,11 +281,14 @@ def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, A
                                 f"{p} decoder, depth {depth}: forward variance, gradient relative to the output and "
                                 "token correlation per sublayer, standard init and DSLM, measured (solid) and "
                                 "predicted (dashed).") for p in ("Pre-LN", "Post-LN")]),
-        Section("3. Training: shaped vs tuned Pre-LN and GPT-2-style vs DSLM", READ["training"],
-                tables=[training_table(runs, choice)],
+        Section("3. Training at the advised lr: shaped, Pre-LN, GPT-2-style and DSLM", READ["training"],
+                tables=[training_table(runs, advice), sweep_table(runs, advice)],
                 figures=[Figure(out / "training/training.png",
                                 f"Validation loss against step, decoder of {meta['depth']} layers × width "
-                                f"{meta['width']}.")]),
+                                f"{meta['width']}, each model at the lr sigprop advise recommended for it."),
+                         Figure(out / "training/advice.png",
+                                f"{SWEPT}: final validation loss over a small lr grid, with the advised lr (star: its "
+                                "run) and the advised interval (band).")]),
     ]
 
 
@@ -252,21 +297,25 @@ def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, s
     """Run the three parts into ``out_dir`` and write the report; returns {"table", "meta"}."""
     size = QUICK if quick else FULL
     out, start = Path(out_dir), time.time()
-    rank, moments, runs, choice = run_parts(out, size, quick, seed, jobs=1 if quick else JOBS,
+    rank, moments, runs, advice = run_parts(out, size, quick, seed, jobs=1 if quick else JOBS,
                                             show_progress=show_progress)
     write_outputs(out / "training", "training",
                   {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
                   {**{k: {f: r[f] for f in ("lr", "final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}
-                      for k, r in runs.items()}, "lr_choice": choice},
-                  training_table(runs, choice).markdown(),
+                      for k, r in runs.items()}, "advice": advice},
+                  training_table(runs, advice).markdown() + "\n\n" + sweep_table(runs, advice).markdown(),
                   plot_training(runs, f"decoder, {size['depth']} layers × width {size['width']}"))
+    fig = plot_advice(runs, advice)
+    fig.tight_layout()
+    fig.savefig(out / "training" / "advice.png", dpi=110)
+    plt.close(fig)
     table = summary_table(rank, moments, runs)
     meta = {**size, "quick": quick, "seed": seed, "wall_s": round(time.time() - start, 1)}
     (out / "demo.json").write_text(json.dumps(
         {"meta": meta, "table": {"header": list(table.header), "rows": table.rows}, "rank_collapse": rank,
-         "dslm_moments": moments, "training": runs, "lr_choice": choice}, indent=1))
+         "dslm_moments": moments, "training": runs, "advice": advice}, indent=1))
     write_html(out / "report.html", "sigprop demo: signal propagation in deep transformers",
-               sections(out, table, rank, moments, runs, choice, meta),
+               sections(out, table, rank, moments, runs, advice, meta),
                intro="Three measurements at initialization and in training, on the data embedded in the package. "
                      "Background: The Shaped Transformer (Noci et al., NeurIPS 2023) and DeepScaleLM (Kedia et "
                      "al., ICML 2024).")
