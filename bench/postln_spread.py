@@ -14,7 +14,20 @@ data, BPE vocabulary 512, 64 tokens):
   with the cross-entropy of the next token ("LM") and with measure's random-projection loss ("proj"), beside
   `predict`'s (which assumes the random projection);
 * weights: max/min over layers of the seed-mean gradient norm of each weight kind (all of a block's
-  matrices, Q, V, O, the two MLP matrices), LM loss.
+  matrices, Q, V, O, the two MLP matrices), LM loss;
+* "Q predicted": the query projection's spread from the moment maps (`q_weight_spread`).
+
+The query weight's gradient, from the maps. ∂L/∂W_q = Σ_i x_i ⊗ δq_i over the N tokens of a sequence, with
+x_i the attention's input and δq_i = ∂L/∂q_i. At init the forward and backward factors are independent, so
+
+    E‖∂L/∂W_q‖²_F = Σ_i E|x_i|² E|δq_i|² + Σ_{i≠i'} E[x_i·x_i'] E[δq_i·δq_i']
+                  = (d N / σ_q²) (x² V_q + (N − 1)(m² + r σ²) C_q),
+
+where V_q and C_q are the per-coordinate variance and the covariance between two queries of the Q-path part of
+the input gradient, W_q δq_i (`Attention.query_path`: each coordinate has variance σ_q² |δq_i|²), and m, σ², r,
+x² = m² + σ² the input's mean, variance, token correlation and second moment. Under Post-LN the input has m = 0,
+σ² = 1. The spread through depth is the ratio of the largest to the smallest per-layer value, square-rooted
+(norms); the constant d N cancels.
 """
 from __future__ import annotations
 
@@ -30,6 +43,7 @@ from sigprop import ModelConfig, build_model
 from sigprop.diagnostics import measure
 from sigprop.models import predict
 from sigprop.schemes import dslm
+from sigprop.theory.moments import attention
 from sigprop.train import load_config, prepare_data
 from sigprop.train.sampler import generator
 
@@ -70,7 +84,30 @@ def spreads(cfg: ModelConfig, data) -> dict[str, float]:
             weights[kind].append(norms)
     pred = np.array([r.grad_var for r in predict(cfg, seq_len=SEQ)])
     return {"stream LM": ratio(stream["LM"]), "stream proj": ratio(stream["proj"]),
-            "stream predicted": float(pred.max() / pred.min()), **{k: ratio(v) for k, v in weights.items()}}
+            "stream predicted": float(pred.max() / pred.min()), **{k: ratio(v) for k, v in weights.items()},
+            "Q predicted": q_weight_spread(cfg)}
+
+
+def q_weight_spread(cfg: ModelConfig) -> float:
+    """The query weight's gradient-norm spread through depth from the maps (module docstring): `predict` at
+    ``SEQ`` tokens, reading each attention sublayer's Q-path variance and covariance as its backward computes
+    them (the sublayers run top-down in backward)."""
+    seen = []
+    query_path = attention.Attention.query_path
+
+    def recording(self, st, g, value_trace=False):
+        v, c = query_path(self, st, g, value_trace)
+        seen.append((st.m2 + st.s2) * (v + (SEQ - 1) * st.rho * c) / self.q_var)      # x² (V_q + (N−1)ρ C_q)/σ_q²
+        return v, c
+
+    attention.Attention.query_path = recording
+    try:
+        predict(cfg, seq_len=SEQ)
+    finally:
+        attention.Attention.query_path = query_path
+    if len(seen) != cfg.n_layers:
+        raise RuntimeError(f"expected one query path per block, got {len(seen)}")
+    return float(np.sqrt(max(seen) / min(seen)))
 
 
 EXACT, GRAM = dslm.theory_dslm.attention_correlation, dslm.theory_dslm.GRAM_MAX_TOKENS
