@@ -29,7 +29,8 @@ def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
         demo.SWEEP_LRS["quick"])
     assert json.loads((tmp_path / "training/advice.json").read_text())["command"] == advice["command"]
     assert len(data["table"]["rows"]) >= 10
-    for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json", "training/advice.png"):
+    for part in ("rank_collapse/fig1.png", "dslm_moments/results.json", "training/training.json",
+                 "training/advice.png"):
         assert (tmp_path / part).stat().st_size > 0
 
 

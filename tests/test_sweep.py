@@ -192,6 +192,17 @@ def test_metrics_by_hand(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
 
 
+def test_transfer_regret_needs_the_smallest_sizes_best_lr_in_the_largest_sizes_grid():
+    """Grids centred per group (around advice) differ between sizes: no transfer regret, and the reason."""
+    rs = [rec({"optim.lr": lr, "model.n_layers": n}, 6.0, f) for n, lr, f in [
+        (2, 1e-3, 5.0), (2, 4e-3, 4.0), (8, 5e-4, 4.2), (8, 2e-3, 4.4)]]
+    s = summarize(rs, "model.n_layers")
+    (panel,) = s["panels"]
+    assert panel["transfer_regret"] == NOT_APPLICABLE and panel["best_lr_ratio"] == pytest.approx(5e-4 / 4e-3)
+    assert "grids differ" in s["not_applicable"]["transfer_regret"]
+    assert "transfer regret: not applicable" in sweep_report.table(s)
+
+
 def test_categorical_and_ordered_size_axes_by_hand():
     """Booleans are categories in grid order, each with its own η* and sensitivity, and no transfer regret; a
     numeric axis with a size ≤ 0 is drawn on a linear x (a log x would drop it)."""

@@ -7,7 +7,8 @@ Definitions (Wortsman et al. 2023, arXiv 2309.14322, §2.3):
   * best lr η* and *edge* (η* is the smallest or largest lr of the grid, or the grid's only lr): `lr_grid.best_lr`;
   * LR sensitivity = mean over the grid of min(loss(η), loss at init) − min over η of loss(η);
   * transfer regret, per panel (the group minus the size axis): loss of the largest size at the
-    smallest size's η*, capped at the loss at init like the sensitivity, minus the largest size's best loss.
+    smallest size's η*, capped at the loss at init like the sensitivity, minus the largest size's best loss
+    ("not applicable" when the largest size has no run at that lr: grids centred on each group's advice).
 
 The size axis is *ordered* when its values are finite numbers, *categorical* when they are all strings
 or all booleans (e.g. schemes or parametrizations, each at its own best lr); `check_size` refuses anything
@@ -90,7 +91,7 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
                      "sensitivity": (float(np.mean([min(v, init) for v in loss]) - best) if math.isfinite(best)
                                      else math.nan),
                      "n_seeds": len(g["runs"][lrs[0]])})
-    panels = []
+    panels, off_grid = [], []
     for panel in dict.fromkeys(r["panel"] for r in rows):
         prs = [r for r in rows if r["panel"] == panel]          # a categorical axis keeps the grid's order
         regret: float | str = NOT_APPLICABLE
@@ -102,6 +103,9 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
             if size and small["best_lr"] in large["lrs"]:
                 at = large["loss"][large["lrs"].index(small["best_lr"])]
                 regret = min(at, large["initial_loss"]) - large["best_loss"]
+            elif size and small["best_lr"] is not None:
+                regret = NOT_APPLICABLE
+                off_grid.append(panel)
             ratio = large["best_lr"] / small["best_lr"] if small["best_lr"] and large["best_lr"] else math.nan
         panels.append({"panel": panel, "sizes": [r["size"] for r in prs], "best_lr": [r["best_lr"] for r in prs],
                        "edge": [r["edge"] for r in prs], "transfer_regret": regret, "best_lr_ratio": ratio})
@@ -112,6 +116,9 @@ def summarize(records: Sequence[dict[str, Any]], size: str | None) -> dict[str, 
                                              f"size's best lr); {cats}",
                           "best_lr_ratio": f"it needs an ordered size (η* of the largest size over η* of the "
                                            f"smallest); {cats}"}
+    if off_grid:
+        not_applicable["transfer_regret"] = (f"in {', '.join(off_grid)} the largest size has no run at the smallest "
+                                             "size's best lr (their lr grids differ, e.g. each centred on its advice)")
     return {"size": size, "groups": rows, "panels": panels, "not_applicable": not_applicable}
 
 
