@@ -102,7 +102,11 @@ def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
 def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np.ndarray:
     """G with its diagonal times ``on`` and its off-diagonal times ``off`` (scalars, or per-position
     vectors: entry (j, k) × off_j off_k)."""
-    out = G * (np.outer(off, off) if np.ndim(off) else off)
+    if np.ndim(off):
+        out = np.outer(off, off)
+        out *= G
+    else:
+        out = G * off
     out.flat[::len(G) + 1] = np.diagonal(G) * on
     return out
 
@@ -212,7 +216,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows.flat[::len(G) + 1] = tail_on
-    rows += coherent * mgm
+    rows += mgm if coherent == 1.0 else coherent * mgm
     v_path = rows
     v_path *= att.d * att.v_var
     g = _scalar(G, f)
@@ -224,9 +228,11 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     w = len(G) * gii * b / (sbar * b.sum())                   # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
     q_diag = (qk_var - k_var) * w + k_var * np.cumsum((w / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
-    qk = qk_cov * np.outer(q, q)
+    qk = np.outer(q, q)
+    qk *= qk_cov
     qk.flat[::len(G) + 1] = q_diag
-    return v_path + qk, gm
+    v_path += qk
+    return v_path, gm
 
 
 def row_vars(att: Attention, m: Moments, fvar: float) -> np.ndarray:
