@@ -274,24 +274,37 @@ def _advance(v: torch.Tensor, found: list[torch.Tensor], slopes: list[torch.Tens
     """The stream Gram after ``h`` blocks from ``v`` when block j's sublayer s adds the branch Gram Y_s + j·Δ_s
     (``found``: the Y_s, attention sublayers then the MLP; ``slopes``: the Δ_s, None for 0). Each add is entrywise
     affine, x ← c_s x + e_s D(Y) (``mask``: the dropout factor D), so a block is x ← q x + w + j·w' and the h blocks
-    sum in closed form (module docstring, "Evaluation spacing")."""
-    if post:        # the stream has unit diagonal; sublayer s divides entry (a, b) by √(D_a D_b), D = λ² + β² Y_s,aa
+    sum in closed form (module docstring, "Evaluation spacing"). Under Post-LN c_s and e_s carry the rank-one factor
+    1/√(D_a D_b), so q and the weights of w, w' are outer products of per-token vectors."""
+    n = len(found)
+    # weights[s] = e_s Π_{s' > s} c_s' and q = Π_s c_s, as scalars (Pre-LN) or per-token vectors t with entry (a, b)
+    # carrying t_a t_b (Post-LN: t = Π_{s' ≥ s} 1/√D_s', D = λ² + β² Y_s,aa on the unit-diagonal stream)
+    scalars = [beta ** 2 * lam ** (2 * (n - 1 - i)) for i in range(n)]
+    if post:
         diagonals = [y.diagonal(dim1=-2, dim2=-1) for y in found]
         if slopes is not None:                          # Y_s at the interval's middle
             diagonals = [y + (h - 1) / 2 * dy.diagonal(dim1=-2, dim2=-1) for y, dy in zip(diagonals, slopes)]
-        roots = [(lam ** 2 + beta ** 2 * y).sqrt() for y in diagonals]                          # (S, T)
-        scales = [1 / (r[..., :, None] * r[..., None, :]) for r in roots]                       # (S, T, T)
+        tails, acc = [], None
+        for y in reversed(diagonals):
+            acc = (lam ** 2 + beta ** 2 * y).rsqrt() if acc is None else acc * (lam ** 2 + beta ** 2 * y).rsqrt()
+            tails.insert(0, acc)                                                                # (S, T)
+
+        def weighted(x: torch.Tensor, i: int) -> torch.Tensor:
+            t = tails[i] * math.sqrt(scalars[i])
+            return x * t[..., :, None] * t[..., None, :]
+
+        q = lam ** (2 * n) * (tails[0][..., :, None] * tails[0][..., None, :])
+        qh = lam ** (2 * n * h) * (tails[0] ** h)[..., :, None] * (tails[0] ** h)[..., None, :]
     else:
-        scales = [1.0] * len(found)
-    q, weights = 1.0, []
-    for scale in reversed(scales):                      # e_s Π_{s' > s} c_s', and q = Π_s c_s
-        weights.insert(0, beta ** 2 * scale * q)
-        q = q * lam ** 2 * scale
-    qh = q ** h
-    v = qh * v + (1 - qh) / (1 - q) * (sum(w * y for w, y in zip(weights, found)) * mask)    # Σ_{j<h} q^{h−1−j}
+        def weighted(x: torch.Tensor, i: int) -> torch.Tensor:
+            return scalars[i] * x
+
+        q = lam ** (2 * n)
+        qh = q ** h
+    v = qh * v + (1 - qh) / (1 - q) * (sum(weighted(y, i) for i, y in enumerate(found)) * mask)   # Σ_{j<h} q^{h−1−j}
     if slopes is not None:
-        ramp = (qh - h * q + h - 1) / (1 - q) ** 2                                              # Σ_{j<h} j q^{h−1−j}
-        v = v + ramp * (sum(w * dy for w, dy in zip(weights, slopes)) * mask)
+        ramp = (qh - h * q + (h - 1)) / (1 - q) ** 2                                            # Σ_{j<h} j q^{h−1−j}
+        v = v + ramp * (sum(weighted(dy, i) for i, dy in enumerate(slopes)) * mask)
     return _normalized(v) if post else v
 
 
