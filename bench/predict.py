@@ -1,6 +1,7 @@
 """Benchmark `sigprop.models.predict` at 48, 192 and 1000 layers, seq_len 32 and 128.
 
     OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS.md
+    OMP_NUM_THREADS=1 python bench/predict.py --rounds 3 # each timing the least of 3 fresh processes
 
 Cold = a fresh process (imports excluded): the model built on the meta device, the scheme's init rule
 (DSLM's Gram recursion over the blocks, its attention Gram sampled every ⌊0.01/β²⌋ blocks: every block up to 192,
@@ -9,7 +10,8 @@ per-position backward; warm = the same call again in that process (tables and th
 cached, per-input caches cleared); each as wall time and as the process's CPU time (single-threaded: the wall time
 less the waiting for a core on a shared machine). Also: one attention map by the exact quadrature vs the table, the
 table build per (L, causal), and the table's accuracy; and, for the 1000-layer configs, where a cold call's CPU
-time goes (`phases`).
+time goes (`phases`). With ``--rounds R`` every timed figure is the least over R fresh processes (other jobs on a
+shared machine only ever add time).
 """
 from __future__ import annotations
 
@@ -74,7 +76,15 @@ def clear_input_caches() -> None:
         cached.cache_clear()
 
 
-def main() -> None:
+def fresh(mode: str, scheme: str, placement: str | None, layers: int, seq: int, rounds: int) -> list[float]:
+    """`one` or `phases` (``mode``) in ``rounds`` fresh processes, each figure the least over them."""
+    runs = [[float(x) for x in subprocess.run([sys.executable, __file__, mode, scheme, str(placement), str(layers),
+                                               str(seq)], check=True, capture_output=True, text=True).stdout.split()]
+            for _ in range(rounds)]
+    return [min(column) for column in zip(*runs)]
+
+
+def main(rounds: int = 1) -> None:
     from sigprop.theory.moments import Attention, Moments, attention
     from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows
 
@@ -83,20 +93,17 @@ def main() -> None:
     for scheme, placement in CONFIGS:
         for layers in LAYERS:
             for seq in SEQS:
-                out = subprocess.run([sys.executable, __file__, "--one", scheme, str(placement), str(layers), str(seq)],
-                                     check=True, capture_output=True, text=True).stdout.split()
-                print(f"| {scheme} {placement or ''} | {layers} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
+                out = fresh("--one", scheme, placement, layers, seq, rounds)
+                print(f"| {scheme} {placement or ''} | {layers} | {seq} | " + " | ".join(f"{x:.2f}" for x in out)
                       + " |", flush=True)
 
     print("\n| cold CPU s, decoder d 256 | layers | seq_len | init rule | meta build | table | maps | backward "
           "| total |\n|---|---|---|---|---|---|---|---|---|")
     for scheme, placement in CONFIGS:
         for seq in SEQS:
-            args = ["--phases", scheme, str(placement), str(LAYERS[-1]), str(seq)]
-            out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True,
-                                 text=True).stdout.split()
-            print(f"| {scheme} {placement or ''} | {LAYERS[-1]} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
-                  + f" | {sum(float(x) for x in out):.2f} |", flush=True)
+            out = fresh("--phases", scheme, placement, LAYERS[-1], seq, rounds)
+            print(f"| {scheme} {placement or ''} | {LAYERS[-1]} | {seq} | " + " | ".join(f"{x:.2f}" for x in out)
+                  + f" | {sum(out):.2f} |", flush=True)
 
     print("\n| one causal attention map, L | exact s | table s (warm) | table build s |\n|---|---|---|---|")
     for L in (64, 128):
@@ -134,4 +141,4 @@ if __name__ == "__main__":
         run = one if sys.argv[1] == "--one" else phases
         print(*run(sys.argv[2], None if sys.argv[3] == "None" else sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
     else:
-        main()
+        main(int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1)
