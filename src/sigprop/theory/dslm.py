@@ -48,14 +48,14 @@ therefore sampled only at blocks at most k = ⌊tol/β²⌋ apart (tol = ``SKIP_
 k·β² added between two samples; k = 1 is the recursion above, block by block, e.g. for 192 blocks, β² = 1/192).
 Between samples at blocks a and b = a + h (h ≤ k) block a + j adds Y_s,a + j·Δ_s, Δ_s the per-block slope of Y_s
 over the previous interval (0 in the first). Each add is entrywise affine, x ← c x + e·D(Y) (Pre-LN c = λ²,
-e = β²; Post-LN both divided by √(D_i D_j), D = λ² + β² diag Y on the unit-diagonal stream, taken at the
+e = β²; Post-LN both divided by √(ν_i ν_j), ν = λ² + β² diag Y on the unit-diagonal stream, taken at the
 interval's middle), so a block is x ← q x + w + j·w' and the h blocks sum in closed form,
 x_b = q^h x_a + w (1 − q^h)/(1 − q) + w' (q^h − h q + h − 1)/(1 − q)²; V̂_l and G_l in between are interpolated
 linearly. Error: the second differences of Y are O(β⁴) per block², so extrapolating over j < k blocks misses Y by
 ≤ k²·O(β⁴), which enters V with weight β² per block: O(k²β⁴·Nβ²) = O((kβ²)²·t_N) over N blocks (t_N = Nβ², times
 e^{Lipschitz · t_N}); the first interval, held, misses Y by k·O(β²) for k blocks, O((kβ²)²) once; the
 interpolated G_l and V̂_l add (k²/8)·O(β⁴) = O((kβ²)²); the frozen Post-LN factor is off by O(kβ²·β²) per block,
-with mean 0 over the interval. So every error is O(tol²) times the second depth-time derivatives of G and V, while
+with mean 0 over the interval. So every error is O(tol²) times depth-time derivatives of G and V, while
 G_l's Monte-Carlo error is σ_h/√H (σ_h the spread of one head's gain, H = S·⌈rows/(S·T)⌉ heads per sample).
 Sampling k times less often leaves that error as it is for G_l (an interpolation of two draws) and multiplies V's
 by ≈ √k (N/k draws, each entering with weight ≈ kβ²).
@@ -275,10 +275,10 @@ def _advance(v: torch.Tensor, found: list[torch.Tensor], slopes: list[torch.Tens
     (``found``: the Y_s, attention sublayers then the MLP; ``slopes``: the Δ_s, None for 0). Each add is entrywise
     affine, x ← c_s x + e_s D(Y) (``mask``: the dropout factor D), so a block is x ← q x + w + j·w' and the h blocks
     sum in closed form (module docstring, "Evaluation spacing"). Under Post-LN c_s and e_s carry the rank-one factor
-    1/√(D_a D_b), so q and the weights of w, w' are outer products of per-token vectors."""
+    1/√(ν_a ν_b), so q and the weights of w, w' are outer products of per-token vectors."""
     n = len(found)
     # weights[s] = e_s Π_{s' > s} c_s' and q = Π_s c_s, as scalars (Pre-LN) or per-token vectors t with entry (a, b)
-    # carrying t_a t_b (Post-LN: t = Π_{s' ≥ s} 1/√D_s', D = λ² + β² Y_s,aa on the unit-diagonal stream)
+    # carrying t_a t_b (Post-LN: t = Π_{s' ≥ s} 1/√ν_s', ν = λ² + β² Y_s,aa on the unit-diagonal stream)
     scalars = [beta ** 2 * lam ** (2 * (n - 1 - i)) for i in range(n)]
     if post:
         diagonals = [y.diagonal(dim1=-2, dim2=-1) for y in found]
