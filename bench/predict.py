@@ -1,13 +1,17 @@
 """Benchmark `sigprop.models.predict` at 48, 192 and 1000 layers, seq_len 32 and 128.
 
     OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS.md
+    OMP_NUM_THREADS=1 python bench/predict.py --rounds 3 # each timing the least of 3 fresh processes
 
 Cold = a fresh process (imports excluded): the model built on the meta device, the scheme's init rule
-(DSLM's Gram recursion over the blocks), the softmax-functional table for (seq_len, causal) and the maps;
-warm = the same call again in that process (tables and the scheme's per-config recursion cached, per-input
-caches cleared); each as wall time and as the process's CPU time (single-threaded: the wall time less the
-waiting for a core on a shared machine). Also: one attention map by the exact quadrature vs the table, the
-table build per (L, causal), and the table's accuracy.
+(DSLM's Gram recursion over the blocks, its attention Gram sampled every ⌊0.01/β²⌋ blocks: every block up to 192,
+every 10th at 1000), the softmax-functional table for (seq_len, causal), the maps and, in a causal stack, the
+per-position backward; warm = the same call again in that process (tables and the scheme's per-config recursion
+cached, per-input caches cleared); each as wall time and as the process's CPU time (single-threaded: the wall time
+less the waiting for a core on a shared machine). Also: one attention map by the exact quadrature vs the table, the
+table build per (L, causal), and the table's accuracy; and, for the 1000-layer configs, where a cold call's CPU
+time goes (`phases`). With ``--rounds R`` every timed figure is the least over R fresh processes (other jobs on a
+shared machine only ever add time).
 """
 from __future__ import annotations
 
@@ -37,6 +41,34 @@ def one(scheme: str, placement: str | None, layers: int, seq: int) -> tuple[floa
     return wall[0], wall[1], cpu[0], cpu[1]
 
 
+def phases(scheme: str, placement: str | None, layers: int, seq: int) -> list[float]:
+    """CPU seconds of the parts of a cold call, in this process, in the order `predict` takes them: the scheme's init
+    rule (DSLM's Gram recursion, which `build_model` would otherwise run; 0 for the others), the meta-device build,
+    the softmax-functional table for (seq, causal), the chain of maps and the forward through it, the backward."""
+    from sigprop.models import ModelConfig, build_model
+    from sigprop.models.build import gc_paused
+    from sigprop.models.predict import _backward, model_chain
+    from sigprop.schemes import dslm
+    from sigprop.theory.moments import Moments, serial
+    from sigprop.theory.moments.tables import functional_table
+    cfg = ModelConfig(scheme=scheme, norm_placement=placement, n_layers=layers, **SIZE)
+    marks = [time.process_time()]
+    with gc_paused():
+        if scheme == "dslm":
+            dslm.block_correlations(cfg, "dec")
+        marks.append(time.process_time())
+        model = build_model(cfg, device="meta")
+        marks.append(time.process_time())
+        functional_table(seq, True)
+        marks.append(time.process_time())
+        _, chain = model_chain(model, seq)
+        states = serial(*chain).trace(Moments(0.0, 1.0, 0.0))
+        marks.append(time.process_time())
+        _backward(model.stack, chain, states, Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0), seq)
+        marks.append(time.process_time())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
 def clear_input_caches() -> None:
     """Forget every per-input result (the softmax-functional tables stay)."""
     from sigprop.theory.moments import attention, blocks, causal
@@ -44,7 +76,15 @@ def clear_input_caches() -> None:
         cached.cache_clear()
 
 
-def main() -> None:
+def fresh(mode: str, scheme: str, placement: str | None, layers: int, seq: int, rounds: int) -> list[float]:
+    """`one` or `phases` (``mode``) in ``rounds`` fresh processes, each figure the least over them."""
+    runs = [[float(x) for x in subprocess.run([sys.executable, __file__, mode, scheme, str(placement), str(layers),
+                                               str(seq)], check=True, capture_output=True, text=True).stdout.split()]
+            for _ in range(rounds)]
+    return [min(column) for column in zip(*runs)]
+
+
+def main(rounds: int = 1) -> None:
     from sigprop.theory.moments import Attention, Moments, attention
     from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows
 
@@ -53,10 +93,17 @@ def main() -> None:
     for scheme, placement in CONFIGS:
         for layers in LAYERS:
             for seq in SEQS:
-                out = subprocess.run([sys.executable, __file__, "--one", scheme, str(placement), str(layers), str(seq)],
-                                     check=True, capture_output=True, text=True).stdout.split()
-                print(f"| {scheme} {placement or ''} | {layers} | {seq} | " + " | ".join(f"{float(x):.2f}" for x in out)
+                out = fresh("--one", scheme, placement, layers, seq, rounds)
+                print(f"| {scheme} {placement or ''} | {layers} | {seq} | " + " | ".join(f"{x:.2f}" for x in out)
                       + " |", flush=True)
+
+    print("\n| cold CPU s, decoder d 256 | layers | seq_len | init rule | meta build | table | maps | backward "
+          "| total |\n|---|---|---|---|---|---|---|---|---|")
+    for scheme, placement in CONFIGS:
+        for seq in SEQS:
+            out = fresh("--phases", scheme, placement, LAYERS[-1], seq, rounds)
+            print(f"| {scheme} {placement or ''} | {LAYERS[-1]} | {seq} | " + " | ".join(f"{x:.2f}" for x in out)
+                  + f" | {sum(out):.2f} |", flush=True)
 
     print("\n| one causal attention map, L | exact s | table s (warm) | table build s |\n|---|---|---|---|")
     for L in (64, 128):
@@ -90,7 +137,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--one":
-        print(*one(sys.argv[2], None if sys.argv[3] == "None" else sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
+    if len(sys.argv) == 6 and sys.argv[1] in ("--one", "--phases"):
+        run = one if sys.argv[1] == "--one" else phases
+        print(*run(sys.argv[2], None if sys.argv[3] == "None" else sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
     else:
-        main()
+        main(int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1)

@@ -1,6 +1,7 @@
 """DeepScaleLM's finite-length attention gain and correlation recursion (`sigprop.theory.dslm`) against Monte
-Carlo of a real attention layer (float64, fixed seeds, tolerances from the standard error), and the layering
-rule that `sigprop.theory` imports neither schemes nor models."""
+Carlo of a real attention layer (float64, fixed seeds, tolerances from the standard error), the Gram recursion
+sampled every k blocks against the block-by-block one, and the layering rule that `sigprop.theory` imports
+neither schemes nor models."""
 import ast
 import math
 from pathlib import Path
@@ -9,8 +10,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sigprop.theory.dslm import attention_correlation, attention_gram, embedding_grams, gram_correlations, pair_overlap
+from sigprop.theory.dslm import (
+    SKIP_TOLERANCE,
+    attention_correlation,
+    attention_gram,
+    embedding_grams,
+    evaluation_spacing,
+    gram_blocks,
+    gram_correlations,
+    pair_overlap,
+)
+from sigprop.theory.kernels import relu_kernel
 from sigprop.theory.moments.attention import attention_gain
+from sigprop.theory.moments.embedding import zipf_ids
 
 D, HEADS = 64, 4
 
@@ -154,3 +166,90 @@ def test_embedding_grams_follow_the_tables():
         v = embedding_grams(tokens, 4, n_tables, shared, 0.0)[0]
         assert v.diagonal().tolist() == [1.0] * 4
         assert v[0, 2].item() == pytest.approx(same) and v[0, 1].item() == pytest.approx(other)
+
+
+# --- the Gram recursion sampled every k blocks ----------------------------------------------------------------
+
+def block_by_block(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, attentions: int,
+                   post: bool) -> list[tuple[torch.Tensor, float]]:
+    """The recursion of `sigprop.theory.dslm`'s docstring written out block by block (causal, width D, 2048 rows,
+    seed 0, ReLU MLP): the attention Gram sampled at every attention sublayer."""
+    s, t, _ = grams.shape
+    gen, eye = torch.Generator().manual_seed(0), torch.eye(t, dtype=torch.float64)
+
+    def normalized(v):
+        d = v.diagonal(dim1=-2, dim2=-1).clamp_min(1e-300).sqrt()
+        return v / d[..., :, None] / d[..., None, :]
+
+    def add(v, branch):
+        v = lam ** 2 * v + beta ** 2 * (branch * ((1 - p) * (1 - eye) + eye))
+        return normalized(v) if post else v
+
+    out, v = [], grams.clone()
+    for _ in range(n_blocks):
+        for i in range(attentions):
+            vhat = normalized(v)
+            branch = attention_gram(vhat, D, HEADS, True, math.ceil(2048 / (s * t)), gen)
+            g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
+            if i == 0:
+                out.append((vhat, g))
+            v = add(v, branch / g)
+        v = add(v, relu_kernel(normalized(v)) * (1 - eye) + eye)
+    return out
+
+
+@pytest.mark.parametrize("post, attentions", [(False, 1), (True, 1), (False, 2), (True, 2)])
+def test_gram_recursion_of_192_blocks_samples_every_block_bit_for_bit(post, attentions):
+    """DSLM's β² = k/N = 1/192 for 192 blocks: k·β² ≤ 0.01 keeps k = 1, and `gram_blocks` is then the block-by-block
+    recursion, bit for bit (the same draws and the same operations), so a stack of that depth keeps its init. At
+    1000 blocks (β² = 1/1000) the Gram is sampled every 10 blocks."""
+    beta = math.sqrt(1 / 192)
+    assert evaluation_spacing(beta) == 1 and evaluation_spacing(math.sqrt(1 / 1000)) == 10
+    grams = embedding_grams(zipf_ids(512, 4, 16), 16, 2, 0, 0.1)
+    lam = math.sqrt(1 - beta ** 2)
+    got = list(gram_blocks(grams, 5, lam, beta, 0.1, True, D, HEADS, relu_kernel, attentions, post))
+    want = block_by_block(grams, 5, lam, beta, 0.1, attentions, post)
+    assert len(got) == len(want) == 5
+    assert all(torch.equal(a, b) and g == h for (a, g), (b, h) in zip(got, want))
+
+
+@pytest.mark.parametrize("post", [False, True])
+def test_gram_recursion_sampled_every_k_blocks_agrees_within_monte_carlo_error(post):
+    """400 causal blocks at β² = 1e-3 (k = 10): the gains G_l and mean correlations r_l of the recursion sampled every
+    k blocks agree with the block-by-block recursion within the Monte-Carlo error, and those of a spacing 100 times
+    too coarse (one sample at each end of the stack) do not.
+
+    Tolerances from the number of rows: a sample averages H = S·⌈rows/(S·T)⌉ heads of T rows, so G_l has standard
+    error σ_g/√H and the mean correlation of a normalized branch σ_r/√H (σ: the spread of one head, measured
+    within each sequence at the first and the last block's Gram); G_l differs between two independent draws by
+    √2 of that (an interpolated G_l by less). r_l sums the branch noise with weight β² per block, N independent
+    draws block by block, N/k with weight ≤ 1.5kβ² each when sampled every k blocks (the extrapolated slope puts
+    ≤ 1.5× a sample's weight on the interval after it): standard error ≤ β²σ_r√(N/H)·√(1 + 2.25k) for the
+    difference. Both at 4.5 standard errors, over every block."""
+    n, s, t, rows, beta2 = 400, 4, 16, 2048, 1e-3
+    beta, lam = math.sqrt(beta2), math.sqrt(1 - beta2)
+    grams = embedding_grams(zipf_ids(512, s, t), t, 2, 0, 0.0)
+    args = (grams, n, lam, beta, 0.0, True, D, HEADS, relu_kernel)
+    k = evaluation_spacing(beta)
+    assert k == 10
+    every = torch.tensor(gram_correlations(*args, post=post, rows=rows, tolerance=0.0))
+    sampled = list(gram_blocks(*args, post=post, rows=rows))
+    skipped = torch.tensor([(float((v.sum((-2, -1)) - t).mean()) / (t * (t - 1)), g) for v, g in sampled])
+    coarse = torch.tensor(gram_correlations(*args, post=post, rows=rows, tolerance=100 * SKIP_TOLERANCE))
+
+    heads, gen = s * math.ceil(rows / (s * t)), torch.Generator().manual_seed(1)
+    sd_g = sd_r = 0.0
+    for vhat, _ in (sampled[0], sampled[-1]):
+        one = torch.stack([attention_gram(vhat, D, HEADS, True, 1, gen) for _ in range(200)])     # (200, S, T, T)
+        g = one.diagonal(dim1=-2, dim2=-1).mean(-1)                                               # (200, S)
+        r = (one.sum((-2, -1)) / g - t) / (t * (t - 1))
+        sd_g, sd_r = max(sd_g, g.var(0).mean().sqrt().item()), max(sd_r, r.var(0).mean().sqrt().item())
+    tol_g = 4.5 * math.sqrt(2) * sd_g / math.sqrt(heads)
+    tol_r = 4.5 * beta2 * sd_r * math.sqrt(n / heads) * math.sqrt(1 + 2.25 * k)
+
+    def misses(x):
+        return (x[:, 1] - every[:, 1]).abs().max().item() / tol_g, (x[:, 0] - every[:, 0]).abs().max().item() / tol_r
+
+    assert every[-1, 1] - every[0, 1] > 0.15 and every[-1, 0] - every[0, 0] > 0.2      # the Gram moves through depth
+    assert max(misses(skipped)) < 1, misses(skipped)
+    assert min(misses(coarse)) > 2, misses(coarse)

@@ -181,10 +181,12 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
       * a causal stack's per-position backward (every causal stack but a Post-LN one short of collapse):
         O(N·L²), one L × L gradient covariance per sublayer;
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
-        Carlo token-Gram recursion at the config's T tokens, R = 2048 query rows per block in S·⌈R/(S·T)⌉ heads
-        of T rows (S = 8 sampled Zipf sequences): O(N·R·d·(T + d_k)) multiply-adds, O(N·R·d·(1 + 2d_k/T)) Gaussian
-        draws and an O(T³) Cholesky factor per sequence and block. For a deep DSLM model it is most of a first
-        call, at any T ≤ GRAM_MAX_TOKENS."""
+        Carlo token-Gram recursion at the config's T tokens, sampled at every k-th block (k = ⌊0.01/β²⌋ with
+        β² = 1/N: every block up to 192 blocks, every 10th at 1000), R = 2048 query rows per sample in
+        S·⌈R/(S·T)⌉ heads of T rows (S = 8 sampled Zipf sequences): per sample O(R·d·(T + d_k)) multiply-adds,
+        O(R·d·(1 + 2d_k/T)) Gaussian draws, an O(T³) Cholesky factor per sequence and the MLP kernel on the S·T²
+        Gram entries; between samples the stream in closed form, O(S·T²) per sample. For a deep DSLM model it
+        is the largest part of a first call, at any T ≤ GRAM_MAX_TOKENS."""
     with gc_paused():
         model = _as_model(model_or_cfg)
         m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)

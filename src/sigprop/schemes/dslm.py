@@ -14,7 +14,8 @@ with m₂ = E[φ(g)²], g ~ N(0,1) (½ for ReLU, 1 for shaped ReLU). For d_ff = 
 the authors' √((1−p)/2)/d. G_l is the attention gain at the input token correlation r_l of block l
 over ``n_tokens`` keys (causal in a decoder stack), both from `sigprop.theory.dslm`: up to
 ``GRAM_MAX_TOKENS`` tokens its token Gram recursion (the whole T × T Gram of sampled Zipf sequences
-through the blocks, which carries causal stacks' position-dependent correlations and repeated tokens),
+through the blocks, which carries causal stacks' position-dependent correlations and repeated tokens; a deep
+stack's attention Gram sampled every ⌊0.01/β²⌋ blocks, every block up to 192),
 beyond that the authors' depth recursion of the mean correlation with the finite-length attention gain
 and output correlation. Both give G → r_l for long bidirectional sequences (the authors' V/O init) and
 add the token-specific part at finite and causal length. r₀ = (1−p)·r_emb, r_emb = P(two positions hold the

@@ -39,18 +39,38 @@ width:
   MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
   residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
              normalizes V after each add.
-Its cost is O(blocks · samples · T²(T + d)), hence the bound on T; longer sequences take the mean recursion.
+Its cost is O(evaluations · samples · T²(T + d)), hence the bound on T; longer sequences take the mean recursion.
+
+**Evaluation spacing** (`evaluation_spacing`, `_advance`). Every add moves V by β²(Y − V), Y the branch's
+normalized Gram, so along the recursion the branches Y_s (attention: B(V̂)/G; MLP: κ(V̂)) and the gain change by
+O(β²) per block: in depth time t = l·β² the recursion is a discretization with step β². The attention Gram is
+therefore sampled only at blocks at most k = ⌊tol/β²⌋ apart (tol = ``SKIP_TOLERANCE`` bounds the branch weight
+k·β² added between two samples; k = 1 is the recursion above, block by block, e.g. for 192 blocks, β² = 1/192).
+Between samples at blocks a and b = a + h (h ≤ k) block a + j adds Y_s,a + j·Δ_s, Δ_s the per-block slope of Y_s
+over the previous interval (0 in the first). Each add is entrywise affine, x ← c x + e·D(Y) (Pre-LN c = λ²,
+e = β²; Post-LN both divided by √(ν_i ν_j), ν = λ² + β² diag Y on the unit-diagonal stream, taken at the
+interval's middle), so a block is x ← q x + w + j·w' and the h blocks sum in closed form,
+x_b = q^h x_a + w (1 − q^h)/(1 − q) + w' (q^h − h q + h − 1)/(1 − q)²; V̂_l and G_l in between are interpolated
+linearly. Error: the second differences of Y are O(β⁴) per block², so extrapolating over j < k blocks misses Y by
+≤ k²·O(β⁴), which enters V with weight β² per block: O(k²β⁴·Nβ²) = O((kβ²)²·t_N) over N blocks (t_N = Nβ², times
+e^{Lipschitz · t_N}); the first interval, held, misses Y by k·O(β²) for k blocks, O((kβ²)²) once; the
+interpolated G_l and V̂_l add (k²/8)·O(β⁴) = O((kβ²)²); the frozen Post-LN factor is off by O(kβ²·β²) per block,
+with mean 0 over the interval. So every error is O(tol²) times depth-time derivatives of G and V, while
+G_l's Monte-Carlo error is σ_h/√H (σ_h the spread of one head's gain, H = S·⌈rows/(S·T)⌉ heads per sample).
+Sampling k times less often leaves that error as it is for G_l (an interpolation of two draws) and multiplies V's
+by ≈ √k (N/k draws, each entering with weight ≈ kβ²).
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from .moments.attention import attention_gain
 
 GRAM_MAX_TOKENS = 256      # above it the O(T²(T + d)) Gram recursion costs seconds per block: the mean recursion
+SKIP_TOLERANCE = 0.01      # branch weight k·β² between two Monte-Carlo evaluations of the attention Gram
 
 
 def pair_overlap(L: int, causal: bool) -> float:
@@ -160,38 +180,138 @@ def attention_gram(vhat: torch.Tensor, d: int, n_heads: int, causal: bool, draws
     return (ax @ ax.transpose(-1, -2) / d).mean(1).to(torch.float64)
 
 
+def evaluation_spacing(beta: float, tolerance: float = SKIP_TOLERANCE) -> int:
+    """k = max(1, ⌊tolerance/β²⌋): the blocks between two Monte-Carlo evaluations of the attention Gram, so that
+    the branch weight k·β² added between them stays ≤ ``tolerance`` (module docstring, "Evaluation spacing")."""
+    return max(1, math.floor(tolerance / beta ** 2 + 1e-9))
+
+
 def gram_blocks(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
                 n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
-                post: bool = False, rows: int = 2048, seed: int = 0) -> Iterator[tuple[torch.Tensor, float]]:
+                post: bool = False, rows: int = 2048, seed: int = 0, tolerance: float = SKIP_TOLERANCE
+                ) -> Iterator[tuple[torch.Tensor, float]]:
     """(V̂_l, G_l) entering every block: the (S, T, T) normalized Gram of the attention input and its gain, by the
     Gram recursion of the module docstring from the embedding ``grams`` (S, T, T). ``ffn_kernel`` acts entrywise
     on a tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``rows``: query
-    rows sampled per attention sublayer (Monte Carlo error of G_l about 1/√rows of the row gains' spread)."""
+    rows sampled per attention sublayer, in heads of T rows (Monte Carlo error of G_l: the spread of one head's
+    gain over √heads). ``tolerance``: the branch weight k·β² between two samples (`evaluation_spacing`); between
+    them V̂_l and G_l are interpolated linearly (module docstring)."""
+    yield from _per_block(_samples(grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post,
+                                   rows, seed, evaluation_spacing(beta, tolerance)), lambda vhat: vhat)
+
+
+def _per_block(samples: Iterator[tuple[int, torch.Tensor, float]], reduce: Callable[[torch.Tensor], Any]
+               ) -> Iterator[tuple[Any, float]]:
+    """(reduce(V̂_l), G_l) for every block from the sampled blocks' (l, V̂_l, G_l), linearly interpolated between
+    two samples (``reduce`` is linear: the Gram itself, or its mean correlation)."""
+    last = None
+    for block, vhat, g in samples:
+        x = reduce(vhat)
+        if last is not None:
+            b0, x0, g0 = last
+            for j in range(1, block - b0):
+                w = j / (block - b0)
+                yield (1 - w) * x0 + w * x, (1 - w) * g0 + w * g
+        yield x, g
+        last = block, x, g
+
+
+def _samples(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
+             n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int, post: bool,
+             rows: int, seed: int, every: int) -> Iterator[tuple[int, torch.Tensor, float]]:
+    """(l, V̂_l, G_l) at the blocks l where the attention Gram is sampled: every block when ``every`` is 1, else
+    blocks at most ``every`` apart, the first and the last among them, with the stream carried from one to the
+    next by `_advance` (module docstring)."""
     s, t, _ = grams.shape
     draws = max(1, math.ceil(rows / (s * t)))
     gen = torch.Generator().manual_seed(seed)
     eye = torch.eye(t, dtype=torch.float64)
+    mask = (1 - p) * (1 - eye) + eye                  # dropout keeps the diagonal, scales the rest by 1 − p
     v = grams.clone()
 
     def add(v: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-        v = lam ** 2 * v + beta ** 2 * (branch * ((1 - p) * (1 - eye) + eye))
+        v = lam ** 2 * v + beta ** 2 * (branch * mask)
         return _normalized(v) if post else v
 
-    for _ in range(n_blocks):
+    def branches(v: torch.Tensor) -> tuple[torch.Tensor, float, list[torch.Tensor], torch.Tensor]:
+        """V̂ and G at the input of a block with stream Gram ``v``, each sublayer's normalized branch Gram Y_s,
+        and the stream before the MLP's add."""
+        found = []
         for i in range(attentions):
             vhat = _normalized(v)
             branch = attention_gram(vhat, d, n_heads, causal, draws, gen)
             g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
             if i == 0:
-                yield vhat, g
-            v = add(v, branch / g)
-        vhat = _normalized(v)
-        v = add(v, ffn_kernel(vhat) * (1 - eye) + eye)
+                first = vhat, g
+            found.append(branch / g)
+            v = add(v, found[-1])
+        found.append(ffn_kernel(_normalized(v)) * (1 - eye) + eye)
+        return *first, found, v
+
+    if every == 1:
+        for block in range(n_blocks):
+            vhat, g, found, v = branches(v)
+            yield block, vhat, g
+            v = add(v, found[-1])
+        return
+    if n_blocks == 0:
+        return
+    intervals = math.ceil((n_blocks - 1) / every)
+    sampled = [i * (n_blocks - 1) // intervals for i in range(intervals + 1)] if intervals else [0]
+    previous: list[torch.Tensor] = []
+    for i, block in enumerate(sampled):
+        vhat, g, found, _ = branches(v)
+        yield block, vhat, g
+        if i == intervals:
+            return
+        slopes = [(y - y0) / (block - sampled[i - 1]) for y, y0 in zip(found, previous)] if i else None
+        v = _advance(v, found, slopes, sampled[i + 1] - block, lam, beta, mask, post)
+        previous = found
+
+
+def _advance(v: torch.Tensor, found: list[torch.Tensor], slopes: list[torch.Tensor] | None, h: int, lam: float,
+             beta: float, mask: torch.Tensor, post: bool) -> torch.Tensor:
+    """The stream Gram after ``h`` blocks from ``v`` when block j's sublayer s adds the branch Gram Y_s + j·Δ_s
+    (``found``: the Y_s, attention sublayers then the MLP; ``slopes``: the Δ_s, None for 0). Each add is entrywise
+    affine, x ← c_s x + e_s D(Y) (``mask``: the dropout factor D), so a block is x ← q x + w + j·w' and the h blocks
+    sum in closed form (module docstring, "Evaluation spacing"). Under Post-LN c_s and e_s carry the rank-one factor
+    1/√(ν_a ν_b), so q and the weights of w, w' are outer products of per-token vectors."""
+    n = len(found)
+    # weights[s] = e_s Π_{s' > s} c_s' and q = Π_s c_s, as scalars (Pre-LN) or per-token vectors t with entry (a, b)
+    # carrying t_a t_b (Post-LN: t = Π_{s' ≥ s} 1/√ν_s', ν = λ² + β² Y_s,aa on the unit-diagonal stream)
+    scalars = [beta ** 2 * lam ** (2 * (n - 1 - i)) for i in range(n)]
+    if post:
+        diagonals = [y.diagonal(dim1=-2, dim2=-1) for y in found]
+        if slopes is not None:                          # Y_s at the interval's middle
+            diagonals = [y + (h - 1) / 2 * dy.diagonal(dim1=-2, dim2=-1) for y, dy in zip(diagonals, slopes)]
+        tails, acc = [], None
+        for y in reversed(diagonals):
+            acc = (lam ** 2 + beta ** 2 * y).rsqrt() if acc is None else acc * (lam ** 2 + beta ** 2 * y).rsqrt()
+            tails.insert(0, acc)                                                                # (S, T)
+
+        def weighted(x: torch.Tensor, i: int) -> torch.Tensor:
+            t = tails[i] * math.sqrt(scalars[i])
+            return x * t[..., :, None] * t[..., None, :]
+
+        q = lam ** (2 * n) * (tails[0][..., :, None] * tails[0][..., None, :])
+        qh = lam ** (2 * n * h) * (tails[0] ** h)[..., :, None] * (tails[0] ** h)[..., None, :]
+    else:
+        def weighted(x: torch.Tensor, i: int) -> torch.Tensor:
+            return scalars[i] * x
+
+        q = lam ** (2 * n)
+        qh = q ** h
+    v = qh * v + (1 - qh) / (1 - q) * (sum(weighted(y, i) for i, y in enumerate(found)) * mask)   # Σ_{j<h} q^{h−1−j}
+    if slopes is not None:
+        ramp = (qh - h * q + (h - 1)) / (1 - q) ** 2                                            # Σ_{j<h} j q^{h−1−j}
+        v = v + ramp * (sum(weighted(dy, i) for i, dy in enumerate(slopes)) * mask)
+    return _normalized(v) if post else v
 
 
 def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
                       n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
-                      post: bool = False, rows: int = 2048, seed: int = 0) -> tuple[tuple[float, float], ...]:
+                      post: bool = False, rows: int = 2048, seed: int = 0, tolerance: float = SKIP_TOLERANCE
+                      ) -> tuple[tuple[float, float], ...]:
     """(r_l, G_l) entering every block: `gram_blocks` with each Gram reduced to its mean token correlation."""
-    return tuple((_mean_offdiagonal(vhat), g) for vhat, g in gram_blocks(
-        grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post, rows, seed))
+    return tuple(_per_block(_samples(grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post,
+                                     rows, seed, evaluation_spacing(beta, tolerance)), _mean_offdiagonal))

@@ -80,10 +80,11 @@ def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
     """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``,
-    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`)."""
+    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`). Cached for every attention
+    sublayer of a deep stack: the forward pass (`row_vars`) reads them bottom-up, the backward top-down."""
     st = att._setup(m)
     w, t = gamma_nodes(att.kappa(m), 6)
     beta2 = st.s2 * st.u2 * w
@@ -101,15 +102,22 @@ def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
 def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np.ndarray:
     """G with its diagonal times ``on`` and its off-diagonal times ``off`` (scalars, or per-position
     vectors: entry (j, k) × off_j off_k)."""
-    out = G * (np.outer(off, off) if np.ndim(off) else off)
+    if np.ndim(off):
+        out = np.outer(off, off)
+        out *= G
+    else:
+        out = G * off
     out.flat[::len(G) + 1] = np.diagonal(G) * on
     return out
 
 
 @lru_cache(maxsize=65536)
 def _tokenwise_gains(c: Component, m: Moments) -> tuple[float, float]:
-    """A tokenwise map's (diagonal, off-diagonal) gradient factors on input ``m``."""
-    return c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
+    """A tokenwise map's (diagonal, off-diagonal) gradient factors on input ``m``: its backward of a unit
+    gradient with unit covariance (token i's gradient depends on g_i alone, so the variance factor does not
+    read the covariance)."""
+    g = c.bwd(m, _SHARED)
+    return g.grad_var, g.grad_cov
 
 
 _AFFINE = (Linear, Dropout)     # output variance affine in the input's, gradient factors independent of it
@@ -118,8 +126,11 @@ _AFFINE = (Linear, Dropout)     # output variance affine in the input's, gradien
 def _position_gains(c: Component, m: Moments, v: np.ndarray | None) -> tuple[np.ndarray | float, np.ndarray | float]:
     """`_tokenwise_gains` on the exchangeable input ``m``, or per position where the input variances ``v``
     differ: (diagonal factors a_i, off-diagonal s_i with entry (j, k) × s_j s_k, s_i = √b_i). A norm is scale
-    invariant, N(cx) = N(x), so both of its factors go as 1/v_i; any other map is evaluated at each v_i."""
-    if v is None or np.ptp(v) == 0 or isinstance(c, _AFFINE):
+    invariant, N(cx) = N(x), so both of its factors go as 1/v_i; any other map is evaluated at each v_i. An
+    affine map's backward does not read its input, so its factors are taken once per map (at ``_UNIT``)."""
+    if isinstance(c, _AFFINE):
+        return _tokenwise_gains(c, _UNIT)
+    if v is None or np.ptp(v) == 0:
         return _tokenwise_gains(c, m)
     if isinstance(c, (LayerNorm, RMSNorm)):
         a0, b0 = _tokenwise_gains(c, m)
@@ -132,28 +143,47 @@ def _position_gains(c: Component, m: Moments, v: np.ndarray | None) -> tuple[np.
     return a, np.sqrt(b)
 
 
-def position_fwd(c: Component, m_in: Moments, v: np.ndarray) -> np.ndarray:
+def position_fwd(c: Component, m_in: Moments, v: np.ndarray, m_out: Moments | None = None,
+                 inner: list[np.ndarray] | None = None) -> np.ndarray:
     """Per-position forward variances (L,) at the output of ``c``, given those of its input ``v`` and the
-    exchangeable input ``m_in`` (which gives every position its mean and correlation).
+    exchangeable input ``m_in`` (which gives every position its mean and correlation); ``m_out``: ``c``'s
+    exchangeable output if known (else ``c.fwd(m_in)``); ``inner``: `_residual_inputs` of a residual ``c``.
 
     A residual adds per position, α²v_i + β²f_i (the branch output is uncorrelated with its input at init);
     causal attention gives row i the variance of its n_i keys (`row_vars`, from the exchangeable input: exact
     behind a norm, which makes every position's input alike); a norm, and so a Post-LN sublayer, leaves all
     positions alike; any other tokenwise map acts on each position's variance."""
     if isinstance(c, Serial):
-        for comp, m in zip(c.components, c.trace(m_in)):
-            v = position_fwd(comp, m, v)
-        return v
+        return _serial_inputs(c.components, c.trace(m_in), v)[-1]
     if isinstance(c, Residual):
-        return c.alpha ** 2 * v + c.beta ** 2 * position_fwd(c.branch, m_in, v)
+        return c.alpha ** 2 * v + c.beta ** 2 * (position_fwd(c.branch, m_in, v) if inner is None else inner[-1])
+    out_var = (c.fwd(m_in) if m_out is None else m_out).var
     if isinstance(c, Attention) and c.causal:
-        return row_vars(c, m_in, c.fwd(m_in).var)
+        return row_vars(c, m_in, out_var)
     if isinstance(c, (PostNormResidual, Attention, LayerNorm, RMSNorm)) or np.ptp(v) == 0:
-        return np.full(len(v), c.fwd(m_in).var)
+        return np.full(len(v), out_var)
     if isinstance(c, _AFFINE) and m_in.var > 0:
-        f0, f1 = c.fwd(m_in).var, c.fwd(replace(m_in, var=2 * m_in.var)).var
-        return f0 + (f1 - f0) * (v / m_in.var - 1)
+        f1 = c.fwd(replace(m_in, var=2 * m_in.var)).var
+        return out_var + (f1 - out_var) * (v / m_in.var - 1)
     return np.array([c.fwd(replace(m_in, var=float(x))).var for x in v])
+
+
+def _serial_inputs(components: tuple[Component, ...], states: list[Moments] | tuple[Moments, ...], v: np.ndarray
+                   ) -> list[np.ndarray]:
+    """Per-position variances at the input of each of ``components`` (exchangeable ``states``: the input, then
+    each output), then at the output: `position_fwd` along the chain."""
+    per = [v]
+    for comp, m, m_out in zip(components, states, states[1:]):
+        per.append(position_fwd(comp, m, per[-1], m_out))
+    return per
+
+
+def _residual_inputs(c: Component, m_in: Moments, v: np.ndarray) -> list[np.ndarray] | None:
+    """`_serial_inputs` of the branch of a residual ``c`` on per-position input variances ``v``, which its forward
+    (`position_fwd`) and its backward (`position_bwd`) both read; None for any other map."""
+    if isinstance(c, Residual) and isinstance(c.branch, Serial):
+        return _serial_inputs(c.branch.components, c.branch.trace(m_in), v)
+    return None
 
 
 def _scalar(G: np.ndarray, m: Moments) -> Moments:
@@ -169,7 +199,8 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     projection's backward; the V path's coherent part Mᵀ G_o M carries the factor ``coherent``)."""
     if not att.causal:
         raise NotImplementedError("the per-position backward is derived for causal attention only")
-    f = att._mix_fwd(m)
+    st = att._setup(m)
+    f = att.mix_fwd(st, m)
     G = G * (att.d * att.o_var)                                                      # output projection
     n = key_counts(len(G), True)[0]
     f2, b = row_profiles(att, m)
@@ -185,21 +216,23 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows.flat[::len(G) + 1] = tail_on
-    rows += coherent * mgm
+    rows += mgm if coherent == 1.0 else coherent * mgm
     v_path = rows
     v_path *= att.d * att.v_var
-    _, (qk_var, qk_cov) = att.mix_bwd_paths(m, _scalar(G, f))
+    g = _scalar(G, f)
+    (q_var, q_cov), (k_var, k_cov) = att.query_path(st, g), att.key_path(st, g, att.L)   # `mix_bwd_paths`' Q + K
+    qk_var, qk_cov = q_var + k_var, q_cov + k_cov
     sbar = float(np.mean(gii))
     if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
         return v_path, gm
     w = len(G) * gii * b / (sbar * b.sum())                   # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
-    st, g = att._setup(m), _scalar(G, f)
-    k_var = att.key_path(st, g, att.L)[0]
     q_diag = (qk_var - k_var) * w + k_var * np.cumsum((w / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
-    qk = qk_cov * np.outer(q, q)
+    qk = np.outer(q, q)
+    qk *= qk_cov
     qk.flat[::len(G) + 1] = q_diag
-    return v_path + qk, gm
+    v_path += qk
+    return v_path, gm
 
 
 def row_vars(att: Attention, m: Moments, fvar: float) -> np.ndarray:
@@ -243,15 +276,15 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
 
 
 def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray,
-                v: np.ndarray | None = None) -> np.ndarray:
+                v: np.ndarray | None = None, inner: list[np.ndarray] | None = None) -> np.ndarray:
     """G back through ``components`` given their forward ``states`` (input, then each output) and, with
-    ``v``, the per-position input variances (`position_fwd`). The factors of consecutive tokenwise maps
-    multiply, so a run of them touches G once."""
+    ``v``, the per-position input variances (``inner``: those at each component, `_serial_inputs`, if known).
+    The factors of consecutive tokenwise maps multiply, so a run of them touches G once."""
     per: list[np.ndarray | None] = [None] * len(components)
-    if v is not None:
-        per = [v]
-        for comp, m in zip(components[:-1], states):
-            per.append(position_fwd(comp, m, per[-1]))
+    if inner is not None:
+        per = inner
+    elif v is not None:
+        per = _serial_inputs(components[:-1], states, v)
     on: np.ndarray | float = 1.0
     off: np.ndarray | float = 1.0
     for comp, m, p in zip(reversed(components), reversed(states[:-1]), reversed(per[:len(components)])):
@@ -280,13 +313,15 @@ def _unit(on: np.ndarray | float, off: np.ndarray | float) -> bool:
     return not np.ndim(on) and not np.ndim(off) and on == off == 1.0
 
 
-def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | None = None) -> np.ndarray:
+def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | None = None,
+                 inner: list[np.ndarray] | None = None) -> np.ndarray:
     """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``; with ``v``, the
-    per-position input variances that tokenwise gains read), given G at its output."""
+    per-position input variances that tokenwise gains read; ``inner``: `_residual_inputs` of a residual ``c``),
+    given G at its output."""
     if isinstance(c, Serial):
-        return _serial_bwd(c.components, c.trace(m_in), G, v)
+        return _serial_bwd(c.components, c.trace(m_in), G, v, inner)
     if isinstance(c, Residual):
-        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v)
+        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v, inner)
     if isinstance(c, PostNormResidual):
         return _postnorm_bwd(c, m_in, G)[0]
     if isinstance(c, Attention):
@@ -303,10 +338,11 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
     out = [_scalar(G, states[-1])]
     align: np.ndarray | None = None
-    per = [np.full(L, states[0].var)]
-    for c, m in zip(components, states):
-        per.append(position_fwd(c, m, per[-1]))
-    for c, m, p in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1])):
+    per, inner = [np.full(L, states[0].var)], []
+    for c, m, m_out in zip(components, states, states[1:]):
+        inner.append(_residual_inputs(c, m, per[-1]))
+        per.append(position_fwd(c, m, per[-1], m_out, inner[-1]))
+    for c, m, p, within in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1]), reversed(inner)):
         if isinstance(c, PostNormResidual):
             if align is not None and c.centered:
                 c = dataclasses.replace(c, upstream_align=align)
@@ -314,6 +350,6 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
             total = np.diag(G)
             align = np.divide(branch, total, out=np.zeros_like(total), where=total > 0)  # deep late positions underflow
         else:
-            G, align = position_bwd(c, m, G, p), None
+            G, align = position_bwd(c, m, G, p, within), None
         out.append(_scalar(G, m))
     return out[::-1]
