@@ -113,11 +113,11 @@ def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np
 
 @lru_cache(maxsize=65536)
 def _tokenwise_gains(c: Component, m: Moments) -> tuple[float, float]:
-    """A tokenwise map's (diagonal, off-diagonal) gradient factors on input ``m``: its backward of a unit
-    gradient with unit covariance (token i's gradient depends on g_i alone, so the variance factor does not
-    read the covariance)."""
-    g = c.bwd(m, _SHARED)
-    return g.grad_var, g.grad_cov
+    """A map's (diagonal, off-diagonal) gradient factors on input ``m``: the variance of its backward of a unit,
+    uncorrelated gradient and the covariance of its backward of a unit, fully shared one. Two calls, since a map
+    that mixes tokens without a per-position form (`RopeAttention`) reads the gradient's correlation in its
+    variance."""
+    return c.bwd(m, _UNIT).grad_var, c.bwd(m, _SHARED).grad_cov
 
 
 _AFFINE = (Linear, Dropout)     # output variance affine in the input's, gradient factors independent of it
