@@ -1,21 +1,28 @@
 """Evaluation of `sigprop advise` and of the LR range test on the lr sweeps that exist here.
 
-    OMP_NUM_THREADS=1 python bench/advise.py            # after the three sweeps below have run
+    OMP_NUM_THREADS=1 python bench/advise.py            # after the four sweeps below have run
 
-Sweeps (`sigprop sweep --config FILE --jobs 2`): configs/sweep/depth_lr.toml, configs/sweep/width_mup.toml and
-configs/sweep/advise_eval.toml. A *config* is a sweep point without its lr; its runs over the lr grid give the
-achieved outcome of every (config, lr) and the grid's best loss. Achieved outcome of a run: ``diverges`` if its
-loss became non-finite or it ended above its own initial loss minus 0.1 nats or more than 0.1 nats above its
-best evaluation (the loss went back up); else ``stalls`` if it ended within 0.1 nats of the unigram loss of its
-data or above it; else ``trains``.
+Sweeps (`sigprop sweep --config FILE --jobs 2`): configs/sweep/depth_lr.toml, configs/sweep/width_mup.toml,
+configs/sweep/advise_eval.toml and configs/sweep/advise_eval_deep.toml. A *config* is a sweep point without its lr;
+its runs over the lr grid give the achieved outcome of every (config, lr) and the grid's best loss. Achieved outcome
+of a run: ``trains`` if it ends more than 0.1 nats below the unigram loss of its data; else ``diverges`` if its loss
+became non-finite or its lr is above the largest lr of its config that trains (it fails because its lr is too large:
+with AdamW and gradient clipping a too-large lr mostly sends the model back to the unigram plateau rather than to
+inf); else ``stalls``.
 
-Calibration and scoring sets are disjoint: calibration = depth_lr, width_mup and the d_model = 32 configs of
-advise_eval; scoring = the d_model = 64 configs of advise_eval. The `Rule` constants are fitted on one set
-(`fit`) and every figure is reported on both; the reverse fit (on the scoring set, scored on calibration) is
-reported too. Per config: regret = final loss at the recommended lr (linear in log lr between grid points, the
-nearest grid point outside the grid; a diverged run counts its initial loss) − the grid's best loss; the
-hindsight baseline is the one grid lr with the lowest mean loss over the set's configs of each sweep. Cost =
-advise's wall seconds / the sweep's training wall seconds of the config's runs (both measured on this machine).
+Calibration and scoring sets are disjoint, under two splits (`split`) of advise_eval and advise_eval_deep (one sweep
+in two files: depth 96 has its own), depth_lr and width_mup calibrating in both: *balanced*, alternate (depth,
+width) cells, so each set holds both widths and every depth; *by width*, scoring = width 64, the first design, which
+leaves calibration one width of advise_eval and so cannot fit how the lr moves with width (both are reported). The
+`Rule` constants are fitted on one set (`fit`) and every figure is reported on both; the reverse fit (on the scoring
+set, scored on calibration) is reported too. Per config: regret = final loss at the recommended lr (linear in log lr
+between grid points, the nearest grid point outside the grid; a diverged run counts its initial loss) − the grid's
+best loss; the hindsight baseline is the one grid lr with the lowest mean loss over the set's configs of each sweep.
+Cost = advise's wall seconds / the sweep's training compute, that is its runs' steps times one training step's wall
+seconds (`step_time`, measured in the same process as advise, so both on the same machine state); beside it the
+same ratio against the runs' logged wall times (taken under whatever else ran then), and, independent of the
+machine, advise's forward+backward passes (float64) / the sweep's training steps (the range test: its steps / the
+sweep's).
 
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
@@ -29,32 +36,46 @@ import json
 import math
 import statistics
 import sys
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from sigprop.advice.advise import advise
+from sigprop.advice.advise import advise, lm_loss, run_inputs
 from sigprop.advice.probe import Probe
 from sigprop.advice.range_test import run_range_test
-from sigprop.advice.rule import OUTCOMES, STALL_MARGIN, Rule, limits, outcome, schedule_area
+from sigprop.advice.rule import LIMITS, OUTCOMES, STALL_MARGIN, WINDOW, Rule, decide, limits, outcome, schedule_area
+from sigprop.console import UserError
 from sigprop.experiments.training import unigram_loss
 from sigprop.train.config import RunConfig, from_mapping
+from sigprop.train.optim import make_optimizer
+from sigprop.train.sampler import EpochSampler, generator
 from sigprop.train.schedules import lr_at
 from sigprop.train.sweep import load_spec, logged_records
 
-SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "configs/sweep/advise_eval.toml")
+SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "configs/sweep/advise_eval.toml",
+          "configs/sweep/advise_eval_deep.toml")
 CACHE = Path("runs/advise-bench")
 MARKER = "<!-- advise-eval -->"
-LIMITS = ("edge of stability", "output change", "attention logits", "one-step loss")
 
 
-def achieved(r: dict, unigram: float) -> str:
-    """The achieved outcome of a sweep record (module docstring)."""
-    final, first, best = r["final_val_loss"], r["initial_val_loss"], r["best_val_loss"]
-    if r["diverged"] or not math.isfinite(final) or final > first - STALL_MARGIN or final > best + STALL_MARGIN:
-        return "diverges"
-    return "stalls" if final >= unigram - STALL_MARGIN else "trains"
+def achieved(c: dict) -> list[str]:
+    """The achieved outcome of each run of a config (module docstring), in the order of ``c["runs"]``."""
+    u, runs = c["unigram"], c["runs"]
+    trains = [math.isfinite(r["final_val_loss"]) and r["final_val_loss"] < u - STALL_MARGIN for r in runs]
+    top = max((r["point"]["optim.lr"] for r, t in zip(runs, trains) if t), default=None)
+    out = []
+    for r, t in zip(runs, trains):
+        if t:
+            out.append("trains")
+        elif r["diverged"] or not math.isfinite(r["final_val_loss"]) or (top is not None
+                                                                          and r["point"]["optim.lr"] > top):
+            out.append("diverges")
+        else:
+            out.append("stalls")
+    return out
 
 
 def run_loss(r: dict) -> float:
@@ -66,7 +87,11 @@ def configs(path: str) -> list[dict]:
     """Every config of a sweep with at least one finished run: name, set, RunConfig (its first run's, lr aside),
     the sweep's lr grid, its finished runs (``complete`` when every grid lr has one), unigram loss."""
     spec = load_spec(path)
-    records, _ = logged_records(spec)
+    try:
+        records, _ = logged_records(spec)
+    except UserError as e:                               # this sweep has not run yet
+        print(f"{path}: {e}", file=sys.stderr)
+        return []
     grid = sorted(spec.grid["optim.lr"])
     groups: dict[str, list[dict]] = {}
     for r in records:
@@ -80,10 +105,25 @@ def configs(path: str) -> list[dict]:
         point = json.loads(key)
         name = sweep + ":" + ",".join(f"{k.split('.')[-1]}={v}" for k, v in point.items() if k != "seed")
         cfg = from_mapping(RunConfig, runs[0]["config"])
-        fold = "scoring" if sweep == "advise_eval" and cfg.model.d_model == 64 else "calibration"
-        out.append({"name": name, "sweep": sweep, "set": fold, "cfg": cfg, "runs": runs, "unigram": unigram,
-                    "grid": grid, "complete": len(runs) == len(grid)})
+        out.append({"name": name, "sweep": sweep.removesuffix("_deep"), "set": split(sweep, cfg), "cfg": cfg,
+                    "runs": runs, "unigram": unigram, "grid": grid, "complete": len(runs) == len(grid)})
     return out
+
+
+DEPTHS, WIDTHS = (4, 24, 96), (32, 64)
+SPLITS = {"balanced": "balanced (each set holds both widths and every depth)",
+          "width": "by width (scoring = width 64, which calibration never sees)"}
+
+
+def split(sweep: str, cfg: RunConfig) -> dict[str, str]:
+    """A config's set under each split: ``balanced`` puts (depth, width) cells of advise_eval(_deep) in alternate
+    sets, so that each set holds both widths and every depth (calibration: 4 × 32, 24 × 64, 96 × 32; scoring:
+    4 × 64, 24 × 32, 96 × 64); ``width`` puts width 64 in scoring. depth_lr and width_mup calibrate in both."""
+    if not sweep.startswith("advise_eval"):
+        return {"balanced": "calibration", "width": "calibration"}
+    cell = DEPTHS.index(cfg.model.n_layers) + WIDTHS.index(cfg.model.d_model)
+    return {"balanced": "scoring" if cell % 2 else "calibration",
+            "width": "scoring" if cfg.model.d_model == 64 else "calibration"}
 
 
 def _cache(name: str, kind: str) -> Path:
@@ -100,6 +140,7 @@ def measured(c: dict) -> dict:
     row = {"probe": {k: v for k, v in asdict(p).items() if k != "records"},
            "last_corr": a.rank_collapse, "lambda_a": a.lambda_a, "lambda_g": a.lambda_g,
            "lambda_a_measured": a.lambda_a_measured, "lambda_g_measured": a.lambda_g_measured,
+           "grad_spread": a.grad_spread, "fwd_var_range": list(a.fwd_var_range), "unigram_advise": a.unigram_loss,
            "cost_s": a.cost_s, "passes": a.passes}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(row))
@@ -118,6 +159,33 @@ def ranged(c: dict) -> dict:
     return row
 
 
+def step_time(c: dict, steps: int = 12) -> dict:
+    """Wall seconds of one training step of a config (cached): the median of ``steps`` AdamW steps (forward,
+    backward, clip, update) on its model and its run's batches, after two warm-up steps, in this process, so
+    that advise's and the range test's costs can be set against the sweep's measured on the same machine state."""
+    path = _cache(c["name"], "step")
+    if path.exists():
+        return json.loads(path.read_text())
+    cfg = c["cfg"]
+    inputs = run_inputs(cfg)
+    model, loss = inputs.model, lm_loss(cfg.optim.z_loss)
+    opt = make_optimizer(model, cfg.optim, cfg.model)
+    sampler = EpochSampler(len(inputs.data.train), cfg.train.seed)
+    times = []
+    for s in range(steps + 2):
+        batch = inputs.data.train.batch(sampler.indices(s, cfg.train.batch_size), generator(cfg.train.seed, s))
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss(model, batch).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        opt.step()
+        times.append(time.perf_counter() - start)
+    row = {"step_s": statistics.median(times[2:])}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(row))
+    return row
+
+
 def _probe(m: dict, records: tuple = ()) -> Probe:
     p = dict(m["probe"])
     p["line"] = tuple(tuple(x) for x in p["line"])
@@ -131,20 +199,21 @@ class _Last:
         self.layer, self.stack, self.token_corr = 1, "dec", corr
 
 
+def area(c: dict) -> float:
+    """The schedule area of a config's runs (`schedule_area`), computed once per config."""
+    if "area" not in c:
+        steps, unit = c["cfg"].train.steps, replace(c["cfg"].optim, lr=1.0)
+        c["area"] = schedule_area([lr_at(t, steps, unit) for t in range(steps)])
+    return c["area"]
+
+
 def predict_config(c: dict, m: dict, rule: Rule) -> dict:
-    """The rule applied to a config's cached measurements: η_max, recommended lr, outcome per grid lr."""
+    """The rule applied to a config's cached measurements: the `Decision` and the outcome at every grid lr."""
     p = _probe(m, (_Last(m["last_corr"]),))
-    beta1 = c["cfg"].optim.beta1
-    raw = limits(p, beta1)
-    mult = dict(zip(LIMITS, (rule.c_eos, rule.c_out, rule.c_att, rule.c_line)))
-    scaled = {k: mult[k] * v for k, v in raw.items()}
-    decider = min(scaled, key=scaled.get)
-    eta = scaled[decider]
-    steps = c["cfg"].train.steps
-    area = schedule_area([lr_at(t, steps, replace(c["cfg"].optim, lr=1.0)) for t in range(steps)])
-    outs = [outcome(lr, p, eta, decider, area, c["unigram"], rule)[0] for lr in c["grid"]]
-    return {"eta_max": eta, "decider": decider, "recommended": rule.ratio * eta, "outcomes": outs,
-            "one_step": _interp(p.line, rule.ratio * eta)}
+    d = decide(p, c["cfg"].optim.beta1, area(c), c["unigram"], rule)
+    return {"decision": d, "recommended": d.recommended, "eta_max": d.eta_max, "decider": d.decided_by,
+            "outcomes": [outcome(r["point"]["optim.lr"], d)[0] for r in c["runs"]],
+            "one_step": _interp(p.line, d.recommended)}
 
 
 def _interp(points, lr: float) -> float:
@@ -169,11 +238,13 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 2 else math.nan
 
 
-def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dict] | None) -> dict:
-    """Every figure of one set under ``rule``."""
+def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dict] | None,
+          steps: dict[str, dict] | None = None) -> dict:
+    """Every figure of one set under ``rule`` (the range test's with ``ranges``, costs per training step with
+    ``steps``, the `step_time` of each config)."""
     preds = {c["name"]: predict_config(c, ms[c["name"]], rule) for c in cs}
     regret = {c["name"]: loss_at(c, preds[c["name"]]["recommended"]) - best_loss(c) for c in cs}
-    truth = [(achieved(r, c["unigram"]), o) for c in cs for r, o in zip(c["runs"], preds[c["name"]]["outcomes"])]
+    truth = [(t, o) for c in cs for t, o in zip(achieved(c), preds[c["name"]]["outcomes"])]
     recalls = {k: statistics.mean(p == k for t, p in truth if t == k)
                for k in OUTCOMES if any(t == k for t, _ in truth)}
     hindsight = {}
@@ -183,6 +254,9 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
         lr = min(grid, key=lambda x: statistics.mean(loss_at(c, x) for c in group))
         hindsight.update({c["name"]: loss_at(c, lr) - best_loss(c) for c in group})
     sweep_s = sum(r["wall_s"] for c in cs for r in c["runs"])
+    sweep_passes = sum(r["steps_done"] for c in cs for r in c["runs"])
+    sweep_steps_s = (sum(len(c["runs"]) * c["cfg"].train.steps * steps[c["name"]]["step_s"] for c in cs)
+                     if steps else math.nan)
     out = {"configs": len(cs), "points": len(truth), "regret": regret, "hindsight": hindsight,
            "median_regret": statistics.median(regret.values()),
            "mean_regret": statistics.mean(regret.values()),
@@ -195,6 +269,8 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "truth_counts": {k: sum(t == k for t, _ in truth) for k in OUTCOMES},
            "spearman": spearman([preds[c["name"]]["one_step"] for c in cs], [best_loss(c) for c in cs]),
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
+           "cost_steps": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_steps_s,
+           "cost_passes": sum(ms[c["name"]]["passes"] for c in cs) / sweep_passes,
            "preds": preds}
     if ranges is not None:
         for pick in ("steepest", "min_over_10"):
@@ -202,52 +278,71 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
             out[f"range_{pick}"] = {"median": statistics.median(rg.values()), "mean": statistics.mean(rg.values()),
                                     "within_005": statistics.mean(v <= 0.05 for v in rg.values())}
         out["range_cost"] = sum(ranges[c["name"]]["cost_s"] for c in cs) / sweep_s
+        out["range_cost_steps"] = sum(ranges[c["name"]]["cost_s"] for c in cs) / sweep_steps_s
+        out["range_cost_passes"] = sum(ranges[c["name"]]["steps"] for c in cs) / sweep_passes
     return out
 
 
-def _log2_grid(lo: float, hi: float, step: float = 0.25) -> list[float]:
-    return [2.0 ** (lo + step * i) for i in range(int((hi - lo) / step) + 1)]
+def _factors(lo: float, hi: float, step: float = 0.25) -> list[float]:
+    """Powers of 2 from 2^lo to 2^hi in steps of 2^step."""
+    return [2.0 ** (lo + step * i) for i in range(int(round((hi - lo) / step)) + 1)]
+
+
+def _log_ratios(cs: list[dict], ms: dict[str, dict], rule: Rule) -> list[float]:
+    """log(best grid lr / the rule's basis lr) over the configs whose best run trains."""
+    out = []
+    for c in cs:
+        lr, base = best_grid_lr(c), predict_config(c, ms[c["name"]], rule)["decision"].base
+        if lr is not None and math.isfinite(base) and base > 0:
+            out.append(math.log(lr / base))
+    return out
+
+
+def best_grid_lr(c: dict) -> float | None:
+    """The grid lr of a config's lowest final loss, if that run trains (else None: no optimum to aim at)."""
+    r, t = min(zip(c["runs"], achieved(c)), key=lambda x: run_loss(x[0]))
+    return r["point"]["optim.lr"] if t == "trains" else None
 
 
 def fit(cs: list[dict], ms: dict[str, dict]) -> Rule:
-    """The rule's constants on one set. The limit multipliers maximise the outcome balanced accuracy: first one
-    common scale of all four (powers of 2^¼ from 2^-8 to 2^12), then each multiplier and κ in turn (three
-    rounds; a tie keeps the current value). Then r minimises the mean regret (r ≤ 1: never above the largest
-    stable lr), and [r_lo, r_hi] are the 10 % and 90 % quantiles of best-grid-lr / η_max, widened to hold r."""
-    def bal(r: Rule) -> float:
-        s = score(cs, ms, r, None)
-        return s["balanced"] + 1e-3 * s["accuracy"]
+    """The rule's constants on one set, each chosen on that set's own runs, outcomes first:
 
-    def best_of(rules: list[Rule], current: Rule) -> Rule:
-        top = max(rules, key=bal)
-        return current if bal(current) >= bal(top) else top
+    1. ``edge_basis``, ``top`` and ``kappa``: for every lr scale measurable on every config, ``top`` (a power of
+       2^¼ times it), then ``kappa`` (a power of 2^¼), then ``top`` again, each maximising the outcome balanced
+       accuracy; the scale with the highest (ties keep the smaller change, and the scale listed first);
+    2. ``basis`` and ``best``: for every scale and the window √(η_min η_max) of step 1, the power of 2^¼ times it
+       with the lowest mean regret (the advice clipped into that window); the basis with the lowest; [``lo``,
+       ``hi``] the 10 % and 90 % quantiles of best grid lr / that basis over the configs whose best run trains
+       (widened to hold ``best``)."""
+    usable = [k for k in LIMITS if all(math.isfinite(limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)[k])
+                                       for c in cs)]
+    regret = lambda r: score(cs, ms, r, None)["mean_regret"]
+    bal = lambda r: score(cs, ms, r, None)["balanced"]
 
-    rule = Rule()
-    rule = best_of([replace(rule, c_eos=v, c_out=v, c_att=v, c_line=v) for v in _log2_grid(-8, 12)], rule)
-    for _ in range(3):
-        for name in ("c_eos", "c_out", "c_att", "c_line", "kappa"):
-            now = getattr(rule, name)
-            rule = best_of([replace(rule, **{name: now * f}) for f in _log2_grid(-6, 6)], rule)
-    ratios = []
-    for c in cs:
-        eta = predict_config(c, ms[c["name"]], rule)["eta_max"]
-        best = min(c["runs"], key=run_loss)["point"]["optim.lr"]
-        ratios.append(best / eta)
-    lo, hi = (min(float(math.exp(v)), 1.0) for v in np.quantile(np.log(ratios), [0.1, 0.9]))
-    mean_regret = lambda r: score(cs, ms, replace(rule, ratio=r, ratio_lo=min(r, lo), ratio_hi=max(r, hi)),
-                                  None)["mean_regret"]
-    mid = min(_log2_grid(-10, 0), key=mean_regret)
-    return replace(rule, ratio=mid, ratio_lo=min(lo, mid), ratio_hi=max(hi, mid))
+    def tuned(k: str) -> Rule:
+        r = Rule(edge_basis=k, top=1.0, kappa=1.0, lo=2.0 ** -8, hi=2.0 ** 8)
+        for name in ("top", "kappa", "top"):
+            now = getattr(r, name)
+            options = sorted((replace(r, **{name: now * f}) for f in _factors(-12, 12)),
+                             key=lambda x: abs(math.log(getattr(x, name) / now)))
+            r = max(options, key=bal)
+        return r
+
+    rule = max((tuned(k) for k in usable), key=bal)
+    rule = min((replace(rule, basis=k, best=f) for k in (*usable, WINDOW) for f in _factors(-8, 8)), key=regret)
+    lo, hi = (math.exp(v) for v in np.quantile(_log_ratios(cs, ms, rule), [0.1, 0.9]))
+    return replace(rule, lo=min(lo, rule.best), hi=max(hi, rule.best))
 
 
-def table(sets: dict[str, list[dict]], ms, ranges, rule_cal: Rule, rule_rev: Rule) -> str:
+def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_rev: Rule) -> str:
     lines = []
     for label, rule in (("fitted on calibration", rule_cal), ("fitted on scoring (reverse)", rule_rev)):
-        lines.append(f"**Rule {label}**: " + ", ".join(f"{k} = {v:.4g}" for k, v in asdict(rule).items()))
+        lines.append(f"**Rule {label}**: " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v!r}"
+                                                      for k, v in asdict(rule).items() if k != "caveat"))
         lines.append("")
         lines.append("| figure | target | calibration set | scoring set |")
         lines.append("|---|---|---|---|")
-        s = {k: score(v, ms, rule, ranges) for k, v in sets.items()}
+        s = {k: score(v, ms, rule, ranges, steps) for k, v in sets.items()}
         f = lambda key, fmt="{:.3f}", s=s: " | ".join(fmt.format(s[k][key]) for k in ("calibration", "scoring"))
         rg = lambda pick, key, s=s: " | ".join(f"{s[k][f'range_{pick}'][key]:.3f}" for k in ("calibration", "scoring"))
         lines += [
@@ -272,8 +367,12 @@ def table(sets: dict[str, list[dict]], ms, ranges, rule_cal: Rule, rule_rev: Rul
                 "/".join(f"{s[k]['recalls'].get(o, math.nan):.2f}" for o in OUTCOMES)
                 for k in ("calibration", "scoring")) + " |",
             f"| Spearman(predicted, achieved best loss) | | {f('spearman')} |",
-            f"| advise cost / sweep compute | ≤ 0.02 | {f('cost', '{:.4f}')} |",
-            f"| range test cost / sweep compute | | {f('range_cost', '{:.4f}')} |",
+            f"| advise cost / sweep compute (wall, side by side) | ≤ 0.02 | {f('cost_steps', '{:.4f}')} |",
+            f"| range test cost / sweep compute (wall, side by side) | | {f('range_cost_steps', '{:.4f}')} |",
+            f"| advise cost / sweep compute (wall, as logged) | | {f('cost', '{:.4f}')} |",
+            f"| range test cost / sweep compute (wall, as logged) | | {f('range_cost', '{:.4f}')} |",
+            f"| advise forward+backward passes / sweep's | | {f('cost_passes', '{:.4f}')} |",
+            f"| range test steps / sweep's | | {f('range_cost_passes', '{:.4f}')} |",
             "",
         ]
         misses = [(k, n, v) for k in ("calibration", "scoring") for n, v in s[k]["regret"].items() if v > 0.05]
@@ -302,18 +401,22 @@ def main() -> int:
     cs = [c for c in found if c["complete"]]
     print(f"{len(cs)} configs with every grid lr finished; left out: "
           f"{[c['name'] for c in found if not c['complete']]}", file=sys.stderr)
-    ms, ranges = {}, {}
+    ms, ranges, steps = {}, {}, {}
     for i, c in enumerate(cs):
         ms[c["name"]] = measured(c)
         ranges[c["name"]] = ranged(c)
+        steps[c["name"]] = step_time(c)
         print(f"[{i + 1}/{len(cs)}] {c['name']}", file=sys.stderr)
-    sets = {k: [c for c in cs if c["set"] == k] for k in ("calibration", "scoring")}
-    rule_cal = fit(sets["calibration"], ms)
-    rule_rev = fit(sets["scoring"], ms)
-    text = table(sets, ms, ranges, rule_cal, rule_rev)
+    texts, rules = [], {}
+    for name in SPLITS:
+        sets = {k: [c for c in cs if c["set"][name] == k] for k in ("calibration", "scoring")}
+        rules[name] = fit(sets["calibration"], ms)
+        texts.append(f"#### Split: {SPLITS[name]}\n\n" + table(sets, ms, ranges, steps, rules[name],
+                                                                 fit(sets["scoring"], ms)))
+    text = "\n".join(texts)
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "table.md").write_text(text + "\n")
-    (CACHE / "rule.json").write_text(json.dumps(asdict(rule_cal)))
+    (CACHE / "rule.json").write_text(json.dumps({k: asdict(r) for k, r in rules.items()}))
     print(text)
     if args.write:
         _splice(Path("docs/advise.md"), text)

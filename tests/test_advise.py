@@ -17,8 +17,8 @@ from sigprop.advice.exponents import (
     main_stack,
     model_exponent,
 )
-from sigprop.advice.probe import lanczos_max
-from sigprop.advice.rule import OUTCOMES
+from sigprop.advice.probe import Probe, lanczos_max
+from sigprop.advice.rule import OUTCOMES, Rule, decide, limits, one_step_optimum, outcome
 from sigprop.diagnostics import measure
 from sigprop.models.predict import model_chain, predict
 from sigprop.train.config import DataConfig, RunConfig
@@ -113,6 +113,41 @@ def test_an_lr_above_the_limit_diverges():
     assert b.predictions[0]["outcome"] == "diverges" and "max stable lr" in b.predictions[0]["reason"]
 
 
+def _probe(line, slope=100.0, loss0=6.0, sharpness=1e3, corr=0.5):
+    from sigprop.records import Record
+
+    last = Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=corr, grad_var=1.0)
+    return Probe(loss0=loss0, slope=slope, sharpness=sharpness, out_change=10.0, layer_change=20.0, logit_growth=0.0,
+                 corr_growth=0.0, line=tuple(line), records=(last,), passes=1.0)
+
+
+def test_one_step_optimum_is_the_vertex_in_log_lr():
+    """Exact for a loss quadratic in log lr; an end point when the lowest loss is at an end of the profile."""
+    grid = [2.0 ** k for k in range(-12, 2)]
+    for centre in (1.3e-3, 0.02, 0.11):
+        p = _probe([(x, 5.0 + (math.log(x / centre)) ** 2) for x in grid])
+        assert one_step_optimum(p) == pytest.approx(centre, rel=1e-9)
+    assert one_step_optimum(_probe([(x, 5.0 - x) for x in grid])) == grid[-1]
+    assert limits(_probe([(x, 5.0 + 0.1 * x) for x in grid]), 0.9)["one-step loss"] == math.inf   # never above loss0
+
+
+def test_decision_window_and_outcomes():
+    """η_max = top · edge scale, η_min = κ·gap/(slope·A); outside [η_min, η_max] a run diverges or stalls, an
+    empty window or a collapsed stack stalls at every lr, and the advice is clipped into the window."""
+    grid = [2.0 ** k for k in range(-12, 2)]
+    p = _probe([(x, 5.0 + (math.log(x / 0.01)) ** 2) for x in grid], slope=100.0, loss0=6.0)
+    rule = Rule(basis="one-step optimum", best=2.0, lo=0.5, hi=8.0, edge_basis="one-step optimum", top=4.0, kappa=1.0)
+    d = decide(p, 0.9, area=50.0, unigram=5.1, rule=rule)
+    assert d.eta_max == pytest.approx(0.04) and d.eta_min == pytest.approx((6.0 - 5.0) / (100.0 * 50.0))
+    assert d.recommended == pytest.approx(0.02) and d.interval == pytest.approx((0.005, 0.04))    # hi clipped
+    assert [outcome(lr, d)[0] for lr in (1e-4, 1e-3, 0.03, 0.05)] == ["stalls", "trains", "trains", "diverges"]
+    slow = decide(p, 0.9, area=0.01, unigram=5.1, rule=rule)                 # a run too short to leave the plateau
+    assert slow.no_window and {outcome(lr, slow)[0] for lr in (1e-4, 0.01, 1.0)} == {"stalls"}
+    assert slow.recommended <= slow.interval[1] <= slow.eta_max                    # never above the stability edge
+    collapsed = decide(_probe(p.line, corr=0.995), 0.9, area=50.0, unigram=5.1, rule=rule)
+    assert "rank collapse" in outcome(0.01, collapsed)[1]
+
+
 def test_refuses_what_it_cannot_judge():
     cfg, batches = _tiny()
     with pytest.raises(ValueError, match="lrs must be positive"):
@@ -183,3 +218,44 @@ def test_the_command_reports_what_it_cannot_judge_in_one_line(capsys):
         assert advise_main(argv) == 2
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_layer_change_is_the_largest_relative_change_of_a_weight_layer():
+    """A two-layer network: the probe's layer_change is the larger of its two linears' relative output changes
+    along AdamW's first step, recomputed here by hand (float64, same direction and step)."""
+    from sigprop.advice.probe import Group, probe
+    from sigprop.records import Record
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).double()
+    x, y = torch.randn(32, 8, dtype=torch.float64), torch.randn(32, 4, dtype=torch.float64)
+    loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean()
+    dummy = [Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=0.0, grad_var=1.0)]
+    p = probe(net, [Group(list(net.parameters()), 1.0, 1e-8, 0.0)], loss_fn, lambda m, b: m(b[0]),
+              lambda m: dummy, (x, y), (x, y), [1e-3], iterations=1, step=1e-3)
+    grads = torch.autograd.grad(loss_fn(net, (x, y)), list(net.parameters()))
+    moved = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).double()
+    with torch.no_grad():
+        for q, w, g in zip(moved.parameters(), net.parameters(), grads):
+            q.copy_(w - 1e-3 * g / (g.abs() + 1e-8))
+    with torch.no_grad():
+        h0, h1 = net[0](x), moved[0](x)
+        first = float((h1 - h0).norm() / h0.norm()) / 1e-3
+        second = float((moved[2](moved[1](h1)) - net[2](net[1](h0))).norm() / net(x).norm()) / 1e-3
+    assert p.layer_change == pytest.approx(max(first, second), rel=1e-9)
+    assert p.out_change == pytest.approx(second, rel=1e-9)
+
+
+@pytest.mark.parametrize("config", ["tiny_encoder.toml", "encdec.toml"])
+def test_advise_judges_an_encoder_and_an_encoder_decoder_run(config, tmp_path):
+    """Masked LM and the encoder–decoder (the exponents of its encoder stack) from their run configs: finite
+    exponents, maps beside the measured λ_g, an advice inside its window."""
+    from sigprop.train.config import load_config
+
+    path = Path(__file__).resolve().parents[1] / "configs" / config
+    cfg = load_config(path, ["data.max_chars=60000", "model.d_model=32", "data.seq_len=16", "model.max_seq_len=16",
+                             "train.batch_size=4", "train.steps=40", f"train.out_dir={tmp_path / 'run'}"])
+    a = advise(cfg)
+    assert math.isfinite(a.lambda_a) and abs(a.lambda_g - a.lambda_g_measured) <= 0.05 + 0.1 * abs(a.lambda_g)
+    assert a.lr_interval[0] <= a.recommended_lr <= a.lr_interval[1] <= a.max_stable_lr * (1 + 1e-12)
+    assert (a.lambda_a_measured is None) == (cfg.model.arch == "encdec")

@@ -40,7 +40,8 @@ from ..diagnostics import measure
 from ..diagnostics.measure import output_tensor
 from ..experiments.training import unigram_nll
 from ..models import ModelConfig, build_model, calibrate
-from ..models.predict import model_chain, predict
+from ..models.predict import encoder_chain, model_chain, predict
+from ..models.transformer import EncoderDecoder
 from ..records import Record
 from ..train.config import OptimConfig, RunConfig, load_config
 from ..train.data import DataBundle, prepare_data
@@ -51,8 +52,8 @@ from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
 from ..train.trainer import EVAL_STREAM
 from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
-from .probe import Group, Probe, probe
-from .rule import Rule, limits, max_stable_lr, outcome, schedule_area
+from .probe import Group, Probe, last_corr, probe
+from .rule import Rule, decide, limits, outcome, schedule_area
 
 REPORT_PASSES = 2                                       # the report's measured λ_a and λ_g: one pass each
 LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
@@ -65,8 +66,10 @@ class Advice:
     recommended_lr: float
     lr_interval: tuple[float, float]
     max_stable_lr: float
-    decided_by: str                                   # the limit that sets max_stable_lr
-    limits: dict[str, float]                          # every limit after the rule's multiplier
+    decided_by: str                                   # the lr scale max_stable_lr is read from
+    stall_lr: float                                   # below it a run of the config's steps stalls
+    no_window: str | None                             # why no lr trains within the run's steps (None: some does)
+    limits: dict[str, float]                          # the six measured lr scales (`rule.limits`)
     predictions: list[dict[str, Any]]                 # {"lr", "outcome", "reason"}
     lambda_a: float                                   # model angle exponent from the maps
     lambda_g: float                                   # model gradient exponent from the maps
@@ -109,9 +112,12 @@ class Advice:
             f"{self.corr_growth:+.3g}",
             "learning rate",
             f"  max stable lr        {self.max_stable_lr:.3g}  ({self.decided_by})",
+            f"  stall bound          {self.stall_lr:.3g}  (a run of the config's steps stalls below it)",
             f"  recommended lr       {self.recommended_lr:.3g}  [{self.lr_interval[0]:.3g}, {self.lr_interval[1]:.3g}]",
             f"  {'lr':>10s}  {'outcome':9s}  reason",
         ]
+        if self.no_window:
+            rows.append(f"  no lr trains: {self.no_window}")
         rows += [f"  {p['lr']:10.3g}  {p['outcome']:9s}  {p['reason']}" for p in self.predictions]
         rows.append(f"cost: {self.passes:.0f} forward+backward passes, {self.cost_s:.1f} s")
         if self.caveat:
@@ -228,12 +234,18 @@ def _vocab(model: nn.Module) -> int:
 def _report_sigprop(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float,
                                                              list[Record]]:
     """(λ_a per block, λ_g per block from the maps, measured λ_a, measured λ_g, measured records) of a sigprop
-    model on the token batch, in float64."""
+    model on the token batch, in float64. For an encoder–decoder: its encoder's, the stack that starts at an
+    embedding (the decoder's blocks also read the memory), with no measured λ_a."""
     L = batch.inputs[0].shape[-1]
     predicted = predict(model, seq_len=L)                  # the maps read the init stds off the model itself
+    twin = _twin(model)
+    if isinstance(model, EncoderDecoder):
+        encoder = lambda records: [r for r in records if r.stack == "enc"]
+        measured = measure(twin, batch.inputs)
+        return (angle_exponents_theory(encoder_chain(model, seq_len=L)), gradient_exponents(encoder(predicted)), None,
+                model_exponent(gradient_exponents(encoder(measured))), measured)
     la = angle_exponents_theory(model_chain(model, seq_len=L))
     lg = gradient_exponents(main_stack(predicted))
-    twin = _twin(model)
     la_m = model_exponent(angle_exponents_measured(twin, batch.inputs, predicted[0].fwd_var))
     measured = measure(twin, batch.inputs)
     return la, lg, la_m, model_exponent(gradient_exponents(main_stack(measured))), measured
@@ -302,26 +314,23 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
     p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
-              sorted(set(LINE_GRID) | set(asked)), iterations=iterations, seed=seed)
-    eta_max, decider = max_stable_lr(p, optim_cfg.beta1, rule)
-    mult = {"edge of stability": rule.c_eos, "output change": rule.c_out, "attention logits": rule.c_att,
-            "one-step loss": rule.c_line}
-    scaled = {k: mult[k] * v for k, v in limits(p, optim_cfg.beta1).items()}
-    area = schedule_area([lr_at(t, inputs.steps, dataclasses.replace(optim_cfg, lr=1.0))
-                          for t in range(inputs.steps)])
+              LINE_GRID, iterations=iterations, seed=seed)
+    unit = dataclasses.replace(optim_cfg, lr=1.0)
+    area = schedule_area([lr_at(t, inputs.steps, unit) for t in range(inputs.steps)])
+    d = decide(p, optim_cfg.beta1, area, inputs.unigram, rule)
     predictions = []
     for lr in asked:
-        name, reason = outcome(lr, p, eta_max, decider, area, inputs.unigram, rule)
+        name, reason = outcome(lr, d)
         predictions.append({"lr": lr, "outcome": name, "reason": reason})
     blocks = [r for r in main_stack(list(p.records)) if r.layer >= 1]
     grads = [r.grad_var for r in blocks if r.grad_var is not None and r.grad_var > 0]
     return Advice(
-        recommended_lr=rule.ratio * eta_max, lr_interval=(rule.ratio_lo * eta_max, rule.ratio_hi * eta_max),
-        max_stable_lr=eta_max, decided_by=decider, limits=scaled, predictions=predictions,
+        recommended_lr=d.recommended, lr_interval=d.interval, max_stable_lr=d.eta_max, decided_by=d.decided_by,
+        stall_lr=d.eta_min, no_window=d.no_window, limits=limits(p, optim_cfg.beta1), predictions=predictions,
         lambda_a=model_exponent(la), lambda_g=model_exponent(lg), lambda_a_measured=la_m, lambda_g_measured=lg_m,
         lambda_a_blocks=la, lambda_g_blocks=lg,
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
-        grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=blocks[-1].token_corr,
+        grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=last_corr(p.records),
         logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
         passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p, caveat=rule.caveat)
 

@@ -16,6 +16,10 @@ a direction known before any step is taken. `probe` measures along it, on a floa
   η λ_max(P⁻¹H) = 2(1 + β₁)/(1 − β₁) (38 for β₁ = 0.9; Cohen et al. 2022);
 * ``out_change`` = ‖f(θ + η₀d) − f(θ)‖/(η₀‖f(θ)‖), the relative change of the output (logits) per unit lr
   on the held-out batch (η₀ = ``step``: the μP-style update size of the whole network);
+* ``layer_change`` = max over the model's weight layers (every module whose own ``weight`` is a trainable
+  matrix: linear and convolution-1D projections, embedding tables) of the same relative change of that layer's
+  output, ‖h(θ + η₀d) − h(θ)‖/(η₀‖h(θ)‖), read in the same two passes: μP's criterion per layer (at the lr
+  1/layer_change one step changes some layer's features by their own size);
 * ``logit_growth`` = d max(attention logit)/dη and ``corr_growth`` = d ρ_L/dη (the last block's token
   correlation: rank collapse) per unit lr, from the records before and after a step η₀;
 * ``line``: (η, held-out loss after the step η d) for every η asked: the one-step loss profile.
@@ -25,6 +29,7 @@ Cost: 1 + 2·``iterations`` gradients, two record passes (forward + backward) an
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Sequence
@@ -60,6 +65,7 @@ class Probe:
     slope: float                                  # −∇L·d, first-order training-loss decrease per unit lr
     sharpness: float                              # λ_max(P⁻¹H): Adam's preconditioned sharpness
     out_change: float                             # relative change of the output per unit lr
+    layer_change: float                           # largest relative change of a weight layer's output per unit lr
     logit_growth: float                           # d max attention logit / dη (0 without attention records)
     corr_growth: float                            # d (last block's token correlation) / dη
     line: tuple[tuple[float, float], ...]         # (η, held-out loss after one step η d)
@@ -116,9 +122,30 @@ def _max_logit(records: Sequence[Record]) -> float:
     return max(logits) if logits else 0.0
 
 
-def _last_corr(records: Sequence[Record]) -> float:
+def last_corr(records: Sequence[Record]) -> float:
+    """The token correlation after the last block of the last stack (the embedding's if it has no block)."""
     blocks = [r for r in records if r.layer >= 1 and r.stack == records[-1].stack]
     return blocks[-1].token_corr if blocks else records[-1].token_corr
+
+
+def _weight_layers(model: nn.Module, params: Sequence[nn.Parameter]) -> dict[str, nn.Module]:
+    """The modules whose own ``weight`` is one of ``params`` and a matrix (linear, convolution-1D, embedding)."""
+    ids = {id(p) for p in params}
+    return {name: m for name, m in model.named_modules()
+            if isinstance(getattr(m, "weight", None), nn.Parameter) and m.weight.ndim == 2 and id(m.weight) in ids}
+
+
+@contextlib.contextmanager
+def _outputs(layers: dict[str, nn.Module]):
+    """Yields a dict that the forward passes inside fill with each layer's last output (float64 copy)."""
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out, name=name: seen.__setitem__(name, out.detach().double()))
+             for name, m in layers.items()]
+    try:
+        yield seen
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def lanczos_max(matvec: Callable[[torch.Tensor], torch.Tensor], start: torch.Tensor, k: int) -> float:
@@ -183,14 +210,17 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     passes += 2 * iterations
     ps.set(theta)
 
-    with torch.no_grad():
+    layers = _weight_layers(twin, ps.params)
+    with torch.no_grad(), _outputs(layers) as h0:
         out0 = output_fn(twin, heldout_batch).double()
+    with torch.no_grad():
         loss0 = float(loss_fn(twin, heldout_batch))
     before = records_fn(twin)
     ps.set(theta + step * direction)
-    with torch.no_grad():
+    with torch.no_grad(), _outputs(layers) as h1:
         out1 = output_fn(twin, heldout_batch).double()
     after = records_fn(twin)
+    layer_change = max(((h1[k] - h0[k]).norm() / h0[k].norm()).item() / step for k in h0 if h0[k].norm() > 0)
     passes += 2 + 2 * FORWARD
     line = []
     for lr in lrs:
@@ -201,7 +231,7 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
         passes += FORWARD
     ps.set(theta)
     return Probe(loss0=loss0, slope=slope, sharpness=sharp,
-                 out_change=float((out1 - out0).norm() / out0.norm()) / step,
+                 out_change=float((out1 - out0).norm() / out0.norm()) / step, layer_change=layer_change,
                  logit_growth=(_max_logit(after) - _max_logit(before)) / step,
-                 corr_growth=(_last_corr(after) - _last_corr(before)) / step,
+                 corr_growth=(last_corr(after) - last_corr(before)) / step,
                  line=tuple(line), records=tuple(before), passes=passes)

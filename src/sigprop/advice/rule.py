@@ -1,22 +1,32 @@
 r"""From init measurements (`probe`) to the largest stable lr, a recommended lr and a predicted outcome per lr.
 
-Four measured limits, each the peak lr at which one quantity of AdamW's first step reaches its scale:
+Six measured lr scales, each the peak lr at which one quantity of AdamW's first step reaches its scale:
 
 * ``edge of stability``: η λ_max(P⁻¹H) = 2(1 + β₁)/(1 − β₁) (Adam's stability edge, 38 at β₁ = 0.9);
 * ``output change``: the first step changes the output by a fraction 1 (η · out_change = 1);
+* ``layer change``: the first step changes some weight layer's output by a fraction 1 (η · layer_change = 1);
 * ``attention logits``: the first step adds one nat to the largest attention logit (η · logit_growth = 1);
-* ``one-step loss``: the smallest lr whose single step raises the held-out loss above its init value.
+* ``one-step loss``: the smallest lr whose single step raises the held-out loss above its init value;
+* ``one-step optimum``: the lr whose single step lowers the held-out loss most (a parabola in log lr through
+  the lowest point of the profile and its two neighbours).
 
-    η_max = min_k c_k η_k,        recommended = r · η_max,        interval = [r_lo, r_hi] · η_max,
+A `Rule` reads the stability edge off one of them (its ``edge_basis``) and the recommendation off one of them or
+off the window below (its ``basis``; ``window`` = √(η_min η_max), the geometric middle between the stall bound
+and the stability edge), both chosen on calibration sweeps by bench/advise.py:
 
-with the constants c_k, r, r_lo, r_hi of a `Rule` (fitted on calibration sweeps by bench/advise.py; its
-defaults are that fit; docs/advise.md reports them on calibration and scoring sweeps apart). The limit that
-attains the minimum is the one that decides.
+    recommended = best · η_basis,   interval = [lo, hi] · η_basis,   η_max = top · η_edge_basis,
 
-Outcome of a run at peak lr η (``steps`` steps of the run's schedule, area A = Σ_t lr_t/η):
-``diverges`` if η > η_max; else ``stalls`` if the first-order progress η · slope · A falls short of κ times
-the gap to the training level (init loss − (unigram loss − 0.1)), or the stack is rank-collapsed at init
-(last block's token correlation ≥ ``collapse``); else ``trains``.
+each of the first two clipped into [η_min, η_max] below (never advised where the rule predicts a stall or a
+divergence), or, when that window is empty, to at most η_max.
+
+A run of ``steps`` steps at peak lr η (area A = Σ_t lr_t/η under its schedule) needs the first-order
+progress η · slope · A to reach κ times the gap from the init loss to the training level (unigram − 0.1):
+
+    η_min = κ · gap / (slope · A).
+
+Outcome at η: ``diverges`` above η_max; ``stalls`` below η_min, at every lr when η_min > η_max (no lr
+trains within the run's budget) or when the stack is rank-collapsed at init (last block's token correlation
+≥ ``collapse``); else ``trains``.
 """
 from __future__ import annotations
 
@@ -24,37 +34,42 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .probe import Probe
+from .probe import Probe, last_corr
 
 STALL_MARGIN = 0.1           # nats above the unigram loss within which a run counts as stalled
 OUTCOMES = ("diverges", "stalls", "trains")
+LIMITS = ("edge of stability", "output change", "layer change", "attention logits", "one-step loss",
+          "one-step optimum")
+WINDOW = "window"                     # the recommendation's basis √(η_min η_max)
 
 
 @dataclass(frozen=True)
 class Rule:
     """The constants of the advice (module docstring). Defaults: the fit of bench/advise.py on its calibration
-    sweeps; docs/advise.md reports what that fit can and cannot say."""
+    sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart."""
 
-    c_eos: float = 3444.31          # edge-of-stability limit multiplier
-    c_out: float = 3444.31          # output-change limit multiplier
-    c_att: float = 3444.31          # attention-logit limit multiplier
-    c_line: float = 3444.31         # one-step-loss limit multiplier
-    ratio: float = 0.0110485        # recommended lr / η_max
-    ratio_lo: float = 0.000654402    # interval low end / η_max
-    ratio_hi: float = 0.0282545     # interval high end / η_max
-    kappa: float = 45.2548          # progress needed, in units of the gap to the training level
-    collapse: float = 0.99       # last block's token correlation at init that makes the stack rank-collapsed
-    caveat: str = ("the calibration sweeps never reached a diverging lr, so the limit multipliers are not identified "
-                   "and the largest stable lr is extrapolated beyond every lr they tried (docs/advise.md)")
+    basis: str = "window"            # the scale the recommendation is read from (a LIMITS name or WINDOW)
+    best: float = 1.68179            # recommended lr / η_basis
+    lo: float = 0.438657             # interval low end / η_basis
+    hi: float = 1.76797              # interval high end / η_basis
+    edge_basis: str = "one-step loss"  # the scale the largest stable lr is read from
+    top: float = 0.707107            # η_max / η_edge_basis
+    kappa: float = 64.0              # progress needed, in units of the gap to the training level
+    collapse: float = 0.99           # last block's token correlation at init that makes the stack collapsed
+    caveat: str = ("fitted on small decoders (width 32-128, 2-96 layers, 100-200 steps on the embedded corpus); "
+                   "how far it carries beyond them, and its regret and outcome accuracy there: docs/advise.md")
 
     def __post_init__(self) -> None:
-        for name in ("c_eos", "c_out", "c_att", "c_line", "ratio", "ratio_lo", "ratio_hi", "kappa"):
+        if self.basis not in (*LIMITS, WINDOW):
+            raise ValueError(f"Rule.basis={self.basis!r} must be one of {[*LIMITS, WINDOW]}")
+        if self.edge_basis not in LIMITS:
+            raise ValueError(f"Rule.edge_basis={self.edge_basis!r} must be one of {list(LIMITS)}")
+        for name in ("best", "lo", "hi", "top", "kappa"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"Rule.{name}={value!r} must be a positive finite number")
-        if not self.ratio_lo <= self.ratio <= self.ratio_hi:
-            raise ValueError(f"Rule: ratio_lo <= ratio <= ratio_hi must hold, got {self.ratio_lo}, {self.ratio}, "
-                             f"{self.ratio_hi}")
+        if not self.lo <= self.best <= self.hi:
+            raise ValueError(f"Rule: lo <= best <= hi must hold, got {self.lo}, {self.best}, {self.hi}")
 
 
 def one_step_limit(p: Probe) -> float:
@@ -75,40 +90,80 @@ def one_step_limit(p: Probe) -> float:
     return math.inf
 
 
+def one_step_optimum(p: Probe) -> float:
+    """The lr of ``p.line`` with the lowest held-out loss after one step, refined by the parabola in log lr
+    through it and its two neighbours (kept within them); the end point itself when the lowest is at an end."""
+    pts = sorted((lr, loss) for lr, loss in p.line if math.isfinite(loss))
+    if not pts:
+        return math.inf
+    i = min(range(len(pts)), key=lambda k: pts[k][1])
+    if i in (0, len(pts) - 1):
+        return pts[i][0]
+    (x0, y0), (x1, y1), (x2, y2) = ((math.log(a), b) for a, b in pts[i - 1:i + 2])
+    den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+    if den == 0:
+        return pts[i][0]
+    vertex = x1 - 0.5 * ((x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)) / den
+    return math.exp(min(max(vertex, x0), x2))
+
+
 def limits(p: Probe, beta1: float) -> dict[str, float]:
-    """The four raw limits η_k (before the rule's multipliers), inf where a quantity does not grow."""
+    """The six lr scales η_k of the module docstring, inf where a quantity does not grow."""
     edge = 2 * (1 + beta1) / (1 - beta1)
     inv = lambda x: 1.0 / x if x > 0 else math.inf
     return {"edge of stability": edge * inv(p.sharpness), "output change": inv(p.out_change),
-            "attention logits": inv(p.logit_growth), "one-step loss": one_step_limit(p)}
+            "layer change": inv(p.layer_change),
+            "attention logits": inv(p.logit_growth), "one-step loss": one_step_limit(p),
+            "one-step optimum": one_step_optimum(p)}
 
 
-def max_stable_lr(p: Probe, beta1: float, rule: Rule) -> tuple[float, str]:
-    """(η_max, the limit that decides it)."""
-    mult = {"edge of stability": rule.c_eos, "output change": rule.c_out, "attention logits": rule.c_att,
-            "one-step loss": rule.c_line}
-    scaled = {k: mult[k] * v for k, v in limits(p, beta1).items()}
-    name = min(scaled, key=scaled.get)
-    if not math.isfinite(scaled[name]):
-        raise ValueError("advise: no measured quantity grows along the first step (zero gradient?); "
-                         "the largest stable lr cannot be judged")
-    return scaled[name], name
+@dataclass(frozen=True)
+class Decision:
+    """What a `Rule` makes of one probe: the recommended lr and interval, η_max and the scale it is read from,
+    η_min (the stall bound), why every lr stalls (None if some lr can train), and the basis lr the recommendation
+    is read off (before its factor and clipping)."""
+
+    recommended: float
+    interval: tuple[float, float]
+    eta_max: float
+    decided_by: str
+    eta_min: float
+    no_window: str | None
+    base: float
 
 
-def outcome(lr: float, p: Probe, eta_max: float, decider: str, area: float, unigram: float, rule: Rule
-            ) -> tuple[str, str]:
-    """(outcome, the quantity that decides it) of a run at peak ``lr``."""
-    if lr > eta_max:
-        return "diverges", f"lr > max stable lr {eta_max:.3g} ({decider})"
-    last = p.records[-1] if p.records else None
-    blocks = [r for r in p.records if r.layer >= 1 and last is not None and r.stack == last.stack]
-    if blocks and blocks[-1].token_corr >= rule.collapse:
-        return "stalls", f"rank collapse at init: last block token correlation {blocks[-1].token_corr:.3f}"
+def decide(p: Probe, beta1: float, area: float, unigram: float, rule: Rule) -> Decision:
+    """The rule applied to a probe, for a run whose schedule has area ``area`` and whose data has this
+    ``unigram`` loss. ValueError when the scales the rule reads do not exist (no step changes anything)."""
+    scales = limits(p, beta1)
+    edge = scales[rule.edge_basis]
+    eta_max = rule.top * edge
     gap = p.loss0 - (unigram - STALL_MARGIN)
-    progress = lr * p.slope * area
-    if gap > 0 and progress < rule.kappa * gap:
-        return "stalls", f"first-order progress {progress:.3g} nats < {rule.kappa:.3g} x gap {gap:.3g} to unigram-0.1"
-    return "trains", f"lr <= max stable lr {eta_max:.3g}; progress {progress:.3g} nats >= {rule.kappa:.3g} x gap"
+    eta_min = rule.kappa * gap / (p.slope * area) if gap > 0 and p.slope > 0 and area > 0 else 0.0
+    base = math.sqrt(max(eta_min, 0.0) * eta_max) if rule.basis == WINDOW else scales[rule.basis]
+    if not (math.isfinite(base) and base > 0 and math.isfinite(edge)):
+        raise ValueError(f"advise: the {rule.basis!r} and {rule.edge_basis!r} scales are not measurable here (no "
+                         "quantity grows along the first step: a zero gradient?); the lr cannot be judged")
+    corr = last_corr(p.records) if p.records else None
+    why = None
+    if corr is not None and corr >= rule.collapse:
+        why = f"rank collapse at init: last block token correlation {corr:.3f}"
+    elif eta_min > eta_max:
+        why = f"stall bound {eta_min:.3g} > max stable lr {eta_max:.3g}: no lr trains within the run's steps"
+    clip = (lambda x: min(x, eta_max)) if why else (lambda x: min(max(x, eta_min), eta_max))
+    return Decision(clip(rule.best * base), (clip(rule.lo * base), clip(rule.hi * base)), eta_max, rule.edge_basis,
+                    eta_min, why, base)
+
+
+def outcome(lr: float, d: Decision) -> tuple[str, str]:
+    """(outcome, the quantity that decides it) of a run at peak ``lr``."""
+    if d.no_window is not None:
+        return "stalls", d.no_window
+    if lr > d.eta_max:
+        return "diverges", f"lr > max stable lr {d.eta_max:.3g} ({d.decided_by})"
+    if lr < d.eta_min:
+        return "stalls", f"lr < stall bound {d.eta_min:.3g} (first-order progress below kappa x gap to unigram-0.1)"
+    return "trains", f"stall bound {d.eta_min:.3g} <= lr <= max stable lr {d.eta_max:.3g}"
 
 
 def schedule_area(lrs: Sequence[float]) -> float:
