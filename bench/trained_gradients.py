@@ -8,11 +8,19 @@ are subnormal (0 < |g| < 1.2e-38). Then the forward + backward time of the check
 `torch.set_flush_denormal` off, on, and off again (best of 3, one thread), which shows whether those
 entries slow its steps down.
 
+For a Post-LN stack (standard, DSLM, Admin), also the shortcut factors: a sublayer y = N(α⊙x + βf(x)) passes
+its output gradient to x, along the shortcut, times s = rms(α⊙x)/rms(α⊙x + βf(x)) (the norm divides by the
+sum's scale; Admin's ω is α), so the gradient of block b relative to the top block falls like the product of
+s over the sublayers above b, printed (log10) at the same blocks for the fresh and the trained model: the
+branches that grow during training (βf against α⊙x) make each s < 1, and over hundreds of sublayers the
+product vanishes.
+
     OMP_NUM_THREADS=1 python bench/trained_gradients.py RUN_DIR [RUN_DIR ...]
 """
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import time
 
@@ -20,6 +28,7 @@ import torch
 from torch import nn
 
 from sigprop.models import build_model
+from sigprop.nn.block import Sublayer
 from sigprop.train.run import load_run, seed_everything
 
 TINY = torch.finfo(torch.float32).tiny
@@ -42,6 +51,36 @@ def block_gradients(model: nn.Module, ids: torch.Tensor) -> tuple[dict[int, floa
             b = int(m.group(1))
             largest[b] = max(largest.get(b, 0.0), p.grad.abs().max().item())
     return largest, subnormal
+
+
+def shortcut_factors(model: nn.Module, ids: torch.Tensor) -> list[tuple[int, float]]:
+    """(block index, s) for every Post-LN sublayer in forward order (module docstring), on ``ids``."""
+    found: list[tuple[int, float]] = []
+    hooks = []
+    for name, sub in model.named_modules():
+        m = re.search(r"blocks\.(\d+)\.", name + ".")
+        if m and isinstance(sub, Sublayer) and sub.placement == "post":
+            def hook(res: nn.Module, args: tuple, out: torch.Tensor, block: int = int(m.group(1))) -> None:
+                x = args[0]
+                short = res.alpha.to(x.dtype) * x
+                found.append((block, float(short.pow(2).mean().sqrt() / out.pow(2).mean().sqrt())))
+            hooks.append(sub.residual.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def attenuation(factors: list[tuple[int, float]]) -> dict[int, float]:
+    """Block → log10 of the product of the shortcut factors of the sublayers above it (its own included)."""
+    out, total = {}, 0.0
+    for block, s in reversed(factors):
+        total += math.log10(s)
+        out[block] = total
+    return out
 
 
 def step_time(model: nn.Module, ids: torch.Tensor, repeats: int = 3) -> float:
@@ -75,6 +114,13 @@ def main() -> None:
         print(f"init     max |grad| by block: {row(block_gradients(fresh, ids)[0])}")
         largest, subnormal = block_gradients(trained, ids)
         print(f"trained  max |grad| by block: {row(largest)}   subnormal entries: {subnormal}")
+        for label, model in (("init", fresh), ("trained", trained)):
+            factors = shortcut_factors(model, ids)
+            if factors:                                                     # a Post-LN stack
+                att = attenuation(factors)
+                n = max(att) + 1
+                print(f"{label:8s} log10 Π s above block: " + "  ".join(f"{b}: {att[b]:+.1f}"
+                                                                         for b in range(0, n, max(1, n // 8))))
         times = []
         for flush in (False, True, False):
             torch.set_flush_denormal(flush)
