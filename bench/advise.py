@@ -233,6 +233,11 @@ def best_loss(c: dict) -> float:
     return min(run_loss(r) for r in c["runs"])
 
 
+RANKERS = {"|lambda_a|": lambda m: abs(m["lambda_a"]), "|lambda_g|": lambda m: abs(m["lambda_g"]),
+           "|lambda_a| + |lambda_g|": lambda m: abs(m["lambda_a"]) + abs(m["lambda_g"]),
+           "gradient spread": lambda m: m["grad_spread"], "last-block token correlation": lambda m: m["last_corr"]}
+
+
 def spearman(a, b) -> float:
     ra, rb = (np.argsort(np.argsort(np.asarray(x))) for x in (a, b))
     return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 2 else math.nan
@@ -267,7 +272,9 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "accuracy": statistics.mean(t == p for t, p in truth), "recalls": recalls,
            "balanced": statistics.mean(recalls.values()),
            "truth_counts": {k: sum(t == k for t, _ in truth) for k in OUTCOMES},
-           "spearman": spearman([preds[c["name"]]["one_step"] for c in cs], [best_loss(c) for c in cs]),
+           "spearman": {k: spearman([f(c) for c in cs], [best_loss(c) for c in cs]) for k, f in {
+               "one-step loss at the recommended lr": lambda c: preds[c["name"]]["one_step"],
+               **{k: (lambda c, f=f: f(ms[c["name"]])) for k, f in RANKERS.items()}}.items()},
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
            "cost_steps": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_steps_s,
            "cost_passes": sum(ms[c["name"]]["passes"] for c in cs) / sweep_passes,
@@ -343,6 +350,8 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
         lines.append("| figure | target | calibration set | scoring set |")
         lines.append("|---|---|---|---|")
         s = {k: score(v, ms, rule, ranges, steps) for k, v in sets.items()}
+        fitted_on = "calibration" if rule is rule_cal else "scoring"
+        ranker = max(s[fitted_on]["spearman"], key=s[fitted_on]["spearman"].get)
         f = lambda key, fmt="{:.3f}", s=s: " | ".join(fmt.format(s[k][key]) for k in ("calibration", "scoring"))
         rg = lambda pick, key, s=s: " | ".join(f"{s[k][f'range_{pick}'][key]:.3f}" for k in ("calibration", "scoring"))
         lines += [
@@ -366,7 +375,9 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
             "| per-outcome recall (diverges/stalls/trains) | | " + " | ".join(
                 "/".join(f"{s[k]['recalls'].get(o, math.nan):.2f}" for o in OUTCOMES)
                 for k in ("calibration", "scoring")) + " |",
-            f"| Spearman(predicted, achieved best loss) | | {f('spearman')} |",
+            f"| Spearman(predicted, achieved best loss): {ranker} (of {len(s[fitted_on]['spearman'])} init "
+            f"quantities, the best on the {fitted_on} set) | | "
+            + " | ".join(f"{s[k]['spearman'][ranker]:.3f}" for k in ("calibration", "scoring")) + " |",
             f"| advise cost / sweep compute (wall, side by side) | ≤ 0.02 | {f('cost_steps', '{:.4f}')} |",
             f"| range test cost / sweep compute (wall, side by side) | | {f('range_cost_steps', '{:.4f}')} |",
             f"| advise cost / sweep compute (wall, as logged) | | {f('cost', '{:.4f}')} |",
