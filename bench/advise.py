@@ -19,10 +19,10 @@ set, scored on calibration) is reported too. Per config: regret = final loss at 
 between grid points, the nearest grid point outside the grid; a diverged run counts its initial loss) − the grid's
 best loss; the hindsight baseline is the one grid lr with the lowest mean loss over the set's configs of each sweep.
 Cost = advise's wall seconds / the sweep's training compute, that is its runs' steps times one training step's wall
-seconds (`step_time`, measured in the same process as advise, so both on the same machine state); beside it the
-same ratio against the runs' logged wall times (taken under whatever else ran then), and, independent of the
-machine, advise's forward+backward passes (float64) / the sweep's training steps (the range test: its steps / the
-sweep's).
+seconds (`step_time`, measured in the same process as advise, so both on the same machine state; the range test's
+compute is its steps times that step); beside it the same ratio against the runs' logged wall times (taken under
+whatever else ran then), and, independent of the machine, advise's forward+backward passes (float64) / the sweep's
+training steps (the range test: its steps / the sweep's).
 
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
@@ -285,7 +285,8 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
             out[f"range_{pick}"] = {"median": statistics.median(rg.values()), "mean": statistics.mean(rg.values()),
                                     "within_005": statistics.mean(v <= 0.05 for v in rg.values())}
         out["range_cost"] = sum(ranges[c["name"]]["cost_s"] for c in cs) / sweep_s
-        out["range_cost_steps"] = sum(ranges[c["name"]]["cost_s"] for c in cs) / sweep_steps_s
+        out["range_cost_steps"] = (sum(ranges[c["name"]]["steps"] * steps[c["name"]]["step_s"] for c in cs)
+                                   / sweep_steps_s if steps else math.nan)
         out["range_cost_passes"] = sum(ranges[c["name"]]["steps"] for c in cs) / sweep_passes
     return out
 
@@ -415,8 +416,8 @@ def main() -> int:
     ms, ranges, steps = {}, {}, {}
     for i, c in enumerate(cs):
         ms[c["name"]] = measured(c)
-        ranges[c["name"]] = ranged(c)
         steps[c["name"]] = step_time(c)
+        ranges[c["name"]] = ranged(c)
         print(f"[{i + 1}/{len(cs)}] {c['name']}", file=sys.stderr)
     texts, rules = [], {}
     for name in SPLITS:
