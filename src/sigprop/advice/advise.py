@@ -46,7 +46,7 @@ from ..records import Record
 from ..train.config import OptimConfig, RunConfig, load_config
 from ..train.data import DataBundle, prepare_data
 from ..train.objectives import IGNORE, Batch
-from ..train.optim import make_optimizer
+from ..train.optim import param_groups, param_rules
 from ..train.run import seed_everything
 from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
@@ -195,7 +195,7 @@ def run_inputs(cfg: RunConfig) -> _Inputs:
     n = min(len(data.val), max(cfg.train.eval_batches, 1) * cfg.train.batch_size)
     heldout = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM))
     unigram = unigram_nll(data.train.tokens, heldout.targets, data.tokenizer.vocab_size)
-    groups = _groups(make_optimizer(model, cfg.optim, cfg.model).param_groups)
+    groups = _groups(param_groups(param_rules(model, cfg.model), cfg.optim))
     return _Inputs(model, groups, train, heldout, unigram, cfg.optim, cfg.train.steps, data)
 
 
@@ -215,13 +215,13 @@ def model_inputs(model: nn.Module, batches: Sequence[Any], optim: OptimConfig, s
         unigram = unigram_nll(train.inputs[0], heldout.targets, _vocab(model))
     if _is_hf(model):
         if hf_config is not None or getattr(model, "sigprop_config", None) is not None:
-            from ..hf import param_groups
+            from ..hf import param_groups as hf_param_groups
             cfg = hf_config if hf_config is not None else model.sigprop_config
-            groups = _groups(param_groups(model, cfg, lr=1.0, eps=optim.eps, weight_decay=optim.weight_decay))
+            groups = _groups(hf_param_groups(model, cfg, lr=1.0, eps=optim.eps, weight_decay=optim.weight_decay))
         else:
             groups = _plain_groups(model, optim)
     else:
-        groups = _groups(make_optimizer(model, optim, model.cfg).param_groups)
+        groups = _groups(param_groups(param_rules(model, model.cfg), optim))
     return _Inputs(model, groups, train, heldout, unigram, optim, steps)
 
 
