@@ -1,4 +1,5 @@
 """`sigprop.advice`: the exponents against finite networks, the refusals, the JSON schema, the range test."""
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,7 +19,7 @@ from sigprop.advice.exponents import (
     model_exponent,
 )
 from sigprop.advice.probe import Probe, lanczos_max
-from sigprop.advice.rule import OUTCOMES, Rule, decide, limits, one_step_optimum, outcome
+from sigprop.advice.rule import OUTCOMES, STALL_MARGIN, WINDOW, Rule, decide, limits, one_step_optimum, outcome
 from sigprop.diagnostics import measure
 from sigprop.models.predict import model_chain, predict
 from sigprop.train.config import DataConfig, RunConfig
@@ -146,6 +147,8 @@ def test_decision_window_and_outcomes():
     assert slow.recommended <= slow.interval[1] <= slow.eta_max                    # never above the stability edge
     collapsed = decide(_probe(p.line, corr=0.995), 0.9, area=50.0, unigram=5.1, rule=rule)
     assert "rank collapse" in outcome(0.01, collapsed)[1]
+    with pytest.raises(ValueError, match="already below the training level"):    # no stall bound: no window
+        decide(p, 0.9, area=50.0, unigram=6.0 + STALL_MARGIN, rule=dataclasses.replace(rule, basis=WINDOW))
 
 
 def test_refuses_what_it_cannot_judge():

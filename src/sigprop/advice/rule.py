@@ -141,6 +141,11 @@ def decide(p: Probe, beta1: float, area: float, unigram: float, rule: Rule) -> D
     gap = p.loss0 - (unigram - STALL_MARGIN)
     eta_min = rule.kappa * gap / (p.slope * area) if gap > 0 and p.slope > 0 and area > 0 else 0.0
     base = math.sqrt(max(eta_min, 0.0) * eta_max) if rule.basis == WINDOW else scales[rule.basis]
+    if rule.basis == WINDOW and gap <= 0:
+        raise ValueError(f"advise: the held-out loss at init, {p.loss0:.4g}, is already below the training level "
+                         f"(unigram {unigram:.4g} - {STALL_MARGIN}), so no stall bound exists and the window it "
+                         "bounds neither: give held-out batches whose unigram loss the model has not beaten at init "
+                         "(text, not random ids, and more of it)")
     if not (math.isfinite(base) and base > 0 and math.isfinite(edge)):
         raise ValueError(f"advise: the {rule.basis!r} and {rule.edge_basis!r} scales are not measurable here (no "
                          "quantity grows along the first step: a zero gradient?); the lr cannot be judged")
