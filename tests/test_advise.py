@@ -262,3 +262,27 @@ def test_advise_judges_an_encoder_and_an_encoder_decoder_run(config, tmp_path):
     assert math.isfinite(a.lambda_a) and abs(a.lambda_g - a.lambda_g_measured) <= 0.05 + 0.1 * abs(a.lambda_g)
     assert a.lr_interval[0] <= a.recommended_lr <= a.lr_interval[1] <= a.max_stable_lr * (1 + 1e-12)
     assert (a.lambda_a_measured is None) == (cfg.model.arch == "encdec")
+
+
+def test_the_line_stops_at_its_first_rise_and_keeps_both_scales():
+    """The one-step loss profile stops at the first lr whose step raises the held-out loss above its init value;
+    each point equals the loss of that single step taken alone, and the two scales read from the profile equal
+    those of the whole grid (the same two-layer regression as above, whose profile falls, then rises)."""
+    from sigprop.advice.probe import Group, probe
+    from sigprop.advice.rule import one_step_limit
+    from sigprop.records import Record
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).double()
+    x, y = torch.randn(32, 8, dtype=torch.float64), torch.randn(32, 4, dtype=torch.float64)
+    loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean()
+    dummy = [Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=0.0, grad_var=1.0)]
+    run = lambda lrs: probe(net, [Group(list(net.parameters()), 1.0, 1e-8, 0.0)], loss_fn, lambda m, b: m(b[0]),
+                            lambda m: dummy, (x, y), (x, y), lrs, iterations=1)
+    grid = [2.0 ** k for k in range(-12, 2)]
+    p = run(grid[::-1])
+    whole = dataclasses.replace(p, line=tuple(run([lr]).line[0] for lr in grid))
+    assert [lr for lr, _ in p.line] == grid[:len(p.line)] and 3 <= len(p.line) < len(grid)
+    assert all(loss <= p.loss0 for _, loss in p.line[:-1]) and p.line[-1][1] > p.loss0
+    assert p.line == whole.line[:len(p.line)]
+    assert one_step_limit(p) == one_step_limit(whole) and one_step_optimum(p) == one_step_optimum(whole)

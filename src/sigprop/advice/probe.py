@@ -22,9 +22,12 @@ a direction known before any step is taken. `probe` measures along it, on a floa
   1/layer_change one step changes some layer's features by their own size);
 * ``logit_growth`` = d max(attention logit)/dη and ``corr_growth`` = d ρ_L/dη (the last block's token
   correlation: rank collapse) per unit lr, from the records before and after a step η₀;
-* ``line``: (η, held-out loss after the step η d) for every η asked: the one-step loss profile.
+* ``line``: (η, held-out loss after the step η d) for the η asked, in increasing order up to the first whose
+  step raises the loss above its init value: the one-step loss profile. The two scales read from it (the
+  first rise above the init loss and the lowest point with its neighbours) need no larger η when the
+  profile falls to one minimum and then rises, as it does on every config of the advise evaluation.
 
-Cost: 1 + 2·``iterations`` gradients, two record passes (forward + backward) and one forward per line point
+Cost: 1 + 2·``iterations`` gradients, two record passes (forward + backward) and one forward per line point evaluated
 (counted as a third of a forward + backward), reported as ``passes``.
 """
 from __future__ import annotations
@@ -223,12 +226,14 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     layer_change = max(((h1[k] - h0[k]).norm() / h0[k].norm()).item() / step for k in h0 if h0[k].norm() > 0)
     passes += 2 + 2 * FORWARD
     line = []
-    for lr in lrs:
+    for lr in sorted(lrs):
         ps.set(theta + lr * direction)
         with torch.no_grad():
             value = float(loss_fn(twin, heldout_batch))
         line.append((float(lr), value if math.isfinite(value) else math.inf))
         passes += FORWARD
+        if value > loss0 or not math.isfinite(value):
+            break
     ps.set(theta)
     return Probe(loss0=loss0, slope=slope, sharpness=sharp,
                  out_change=float((out1 - out0).norm() / out0.norm()) / step, layer_change=layer_change,
