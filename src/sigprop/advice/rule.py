@@ -48,13 +48,13 @@ class Rule:
     """The constants of the advice (module docstring). Defaults: the fit of bench/advise.py on its calibration
     sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart."""
 
-    basis: str = "window"            # the scale the recommendation is read from (a LIMITS name or WINDOW)
+    basis: str = "one-step optimum"  # the scale the recommendation is read from (a LIMITS name or WINDOW)
     best: float = 1.68179            # recommended lr / η_basis
-    lo: float = 0.438657             # interval low end / η_basis
-    hi: float = 1.76797              # interval high end / η_basis
-    edge_basis: str = "one-step loss"  # the scale the largest stable lr is read from
-    top: float = 0.707107            # η_max / η_edge_basis
-    kappa: float = 64.0              # progress needed, in units of the gap to the training level
+    lo: float = 0.0796502            # interval low end / η_basis
+    hi: float = 2.10211              # interval high end / η_basis
+    edge_basis: str = "edge of stability"  # the scale the largest stable lr is read from
+    top: float = 5.65685             # η_max / η_edge_basis
+    kappa: float = 76.1093           # progress needed, in units of the gap to the training level
     collapse: float = 0.99           # last block's token correlation at init that makes the stack collapsed
     caveat: str = ("fitted on small decoders (width 32-128, 2-96 layers, 100-200 steps on the embedded corpus); "
                    "how far it carries beyond them, and its regret and outcome accuracy there: docs/advise.md")
