@@ -155,8 +155,8 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def log_ticks(ax: Any, values: Sequence[float], axis: str = "x") -> None:
-    """Put ``axis`` of ``ax`` on a log scale ticked at the grid ``values`` (labels ``%g``), without the minor-tick
-    labels matplotlib writes, overlapping, when the values span less than a decade."""
+    """Put ``axis`` of ``ax`` on a log scale ticked at the grid ``values`` (labels to 3 significant digits),
+    without the minor-tick labels matplotlib writes, overlapping, when the values span less than a decade."""
     import matplotlib.ticker
 
     ticks = sorted({float(v) for v in values if v is not None and math.isfinite(v)})
@@ -164,7 +164,7 @@ def log_ticks(ax: Any, values: Sequence[float], axis: str = "x") -> None:
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     if ticks:
         which.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
-        which.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{v:g}" for v in ticks]))
+        which.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{v:.3g}" for v in ticks]))
         which.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.tick_params(axis=axis, labelsize=7, labelrotation=45 if axis == "x" and len(ticks) > 4 else 0)
 
