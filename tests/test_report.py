@@ -12,9 +12,9 @@ import pytest
 from sigprop.experiments.report import Figure, Section, write_html
 from sigprop.table import Table, is_numeric
 
-# Markdown a browser would show literally: a table row or separator, an ATX heading, an image or emphasis
+# Markdown a browser would show literally: a table row or separator, an ATX heading, an image, emphasis or code
 RAW_MARKDOWN = (re.compile(r"^\s*\|.*\|\s*$"), re.compile(r"^\s*\|?\s*:?-{3,}"), re.compile(r"^\s*#{1,6}\s"),
-                re.compile(r"!\[[^\]]*\]\("), re.compile(r"\*\*[^*]+\*\*"))
+                re.compile(r"!\[[^\]]*\]\("), re.compile(r"\*\*[^*]+\*\*"), re.compile(r"`[^`]+`"))
 
 
 class Page(HTMLParser):
@@ -100,13 +100,14 @@ def test_built_report_passes_the_checks(tmp_path):
     png = tmp_path / "f.png"
     Image.new("RGB", (40, 30), "white").save(png)
     png.write_bytes(png.read_bytes() + bytes(3000))                       # a PNG above the size floor
-    t = Table(["model", "loss", "range"], [["<a>", 1.234567, "0.1 – 2"], ["b | c", 2, "—"]], caption="cap")
+    t = Table(["model", "loss", "range"], [["<a>", 1.234567, "0.1 – 2"], ["b | c", 2, "—"]], caption="cap `x < y`")
     path = write_html(tmp_path / "r.html", "T & T", [Section("S 1", "read me", ["p < q"], [t], [Figure(png, "a fig")]),
                                                       Section("S 1", tables=[t])])
     page = check_report(path, min_tables=2, min_figures=1)
     assert [c for _, c in page.cells][:3] == ["<a>", "1.235", "0.1 – 2"]
     assert ("td", "<a>") in page.text and ("p", "p < q") in page.text and ("title", "T & T") in page.text
     assert len(page.ids) == 2                                             # two sections of one title, two ids
+    assert "cap <code>x &lt; y</code>" in path.read_text()
 
 
 @pytest.mark.parametrize("bad", ["| a | b |", "|---|---|", "### Fig. 1 — x", "## heading", "see ![f](f.png)",

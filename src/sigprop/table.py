@@ -51,8 +51,10 @@ class Table:
         return (f"{self.caption}\n\n" if self.caption else "") + "\n".join(lines) + "\n"
 
     def html(self) -> str:
-        """An HTML <table> (numeric cells right-aligned, class "num"), its caption a paragraph above it."""
-        cap = f'<p class="caption">{html.escape(self.caption)}</p>' if self.caption else ""
+        """An HTML <table> (numeric cells right-aligned, class "num"), its caption a paragraph above it, with
+        its `code` spans as <code>."""
+        caption = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(self.caption))
+        cap = f'<p class="caption">{caption}</p>' if self.caption else ""
         head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
         td = lambda c: f'<td class="num">{html.escape(c)}</td>' if is_numeric(c) else f"<td>{html.escape(c)}</td>"
         body = "".join("<tr>" + "".join(map(td, row)) + "</tr>" for row in self.cells())
