@@ -171,6 +171,7 @@ class OmegaAtStart(Callback):
         self.batch = trainer.global_batch(0).rows(0, trainer._per_micro())
 
 
+@pytest.mark.slow
 def test_a_24_layer_admin_decoder_profiles_on_its_first_batch_trains_and_checkpoints_omega(tmp_path):
     probe = OmegaAtStart()
     cfg = load_config(CONFIGS / "tiny_decoder.toml",

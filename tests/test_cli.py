@@ -153,7 +153,7 @@ sys.exit(main({argv!r}))
     ("sigprop.train.commands", "load_config", ["train", "--set", "model.d_model=8"]),
     ("sigprop.train.sweep", "load_spec", ["sweep", "--config", "{tmp}/s.toml"]),
 ])
-@pytest.mark.parametrize("error", ["ValueError", "RuntimeError"])
+@pytest.mark.parametrize("error", ["ValueError", pytest.param("RuntimeError", marks=pytest.mark.slow)])
 def test_a_bug_shows_its_traceback_and_does_not_exit_2(tmp_path, module, name, argv, error):
     """Only declared user errors are one line and exit 2: a plain ValueError raised inside sigprop is a bug."""
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

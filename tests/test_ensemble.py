@@ -38,7 +38,8 @@ def test_initial_covariance_is_exact_and_runs_are_deterministic():
     assert b.dtype == torch.float32 and torch.isfinite(b).all()
 
 
-@pytest.mark.parametrize("block, params", [("shaped", {"gamma": 0.5}), ("preln", {})])
+@pytest.mark.parametrize("block, params", [pytest.param("shaped", {"gamma": 0.5}, marks=pytest.mark.slow),
+                                           ("preln", {})])
 def test_row_space_sampler_has_the_law_of_full_weights(block, params):
     kw = dict(width=64, depth=16, samples=400, **params)
     weights = ensemble.simulate(block, V0, seed=1, method="weights", **kw)[:, -1]
@@ -60,6 +61,7 @@ def test_sde_matches_finite_networks(block, kind):
     assert corr(nets[:, -1]).std() > 0.2  # a non-trivial distribution, not a collapsed one
 
 
+@pytest.mark.slow
 def test_vanilla_softmax_collapses_and_preln_only_slows_it_down():
     samples = 200
     soft = corr(ensemble.simulate("softmax", V0, width=WIDTH, depth=WIDTH, samples=samples, seed=1))

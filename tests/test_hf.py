@@ -106,7 +106,8 @@ def assert_unit_branches(attn: list[float], mlp: list[float]) -> None:
         assert 0.7 <= min(v) and max(v) <= 1.4, (kind, min(v), max(v))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "sigprop-dec"])
+@pytest.mark.parametrize("family", [pytest.param("gpt2", marks=pytest.mark.slow),
+                                    pytest.param("llama", marks=pytest.mark.slow), "sigprop-dec"])
 def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
     """GPT-2, LLaMA (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
     finite-length V/O correction applied on top of a std that already holds one gives GPT-2 a first attention
@@ -351,6 +352,7 @@ def test_eval_mode_predicts_the_init_at_p_with_the_dropout_off(monkeypatch, tmp_
     assert error["eval"] < 0.05 and error["eval"] < min(error["train"], error["p = 0"]), error
 
 
+@pytest.mark.slow
 def test_dslm_branches_aim_at_one_minus_p_before_their_dropout():
     """Dropout p = 0.2 (GPT-2, width 64, 12 layers, 32 tokens, 4 networks, train mode): DSLM aims each MLP branch's last
     linear map at 1 − p, so that the branch after its dropout (variance × 1/(1 − p)) is at 1."""
@@ -622,8 +624,10 @@ def relative_errors(family: str, scheme: str | None, seeds: int = 12, layers: in
     return fwd, grad
 
 
-@pytest.mark.parametrize("scheme", [None, "dslm", "shaped"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family, scheme", [
+    pytest.param(family, scheme, id=f"{family}-{scheme}",
+                 marks=[pytest.mark.slow] if family == "llama" and scheme else [])       # RoPE's sampled map: seconds
+    for scheme in (None, "dslm", "shaped") for family in ("gpt2", "llama", "bert")])
 def test_walked_prediction_matches_the_measurement(family, scheme):
     """Plain (HF's own init, read from the config), after apply("dslm") and after apply("shaped"): width 64, 3
     layers, 32 uniform tokens, 12 networks (per-point MC s.e. ~1–3 %). Median error of the sublayers' forward

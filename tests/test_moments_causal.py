@@ -77,6 +77,7 @@ def simulate_postnorm(r: float, n: int = 16000, seed: int = 1) -> tuple[np.ndarr
     return per.mean(0), per.std(0, ddof=1) / np.sqrt(n)
 
 
+@pytest.mark.slow
 def test_first_token_radial_constraint_in_a_postnorm_sublayer() -> None:
     """The first token's attention branch is x W_v W_o (it sees only itself), so its gradient carries the
     radial factor 1 − δ/(d − 2) of `PostNormResidual.radial_factor` (4% at d = 32): the prediction matches

@@ -94,6 +94,7 @@ def test_coherent_value_path_on_collapsed_tokens(monkeypatch: pytest.MonkeyPatch
           {"coherent_attention": lambda branch: None})
 
 
+@pytest.mark.slow
 def test_upstream_mean_share_below_another_postnorm_sublayer() -> None:
     """An FFN sublayer under a Post-LN sublayer x ↦ LN(x + x W_v W_o): the gradient it receives is ⊥ its output,
     but the upper branch part β g W_oᵀW_vᵀ is not mean-free, so its norm loses S/d with S the branch part's

@@ -67,6 +67,7 @@ def test_fig4_no_centering_collapses_the_correlation():
     assert abs(rise.mean() - math.log(1 + 3 * G2)) < Z_MAX * _se(rise) + 1 / n
 
 
+@pytest.mark.slow
 def test_fig4_no_identity_freezes_and_vanishes():
     """V_d ≈ (1 − γ²)^d V0 (log-trace within 5 SE + 1/n) and std(ρ_d) ∝ 1/n: the ratio of the stds at
     n = 32 and 128 is 4 within 5 SE (relative SE of a std: √((κ − 1)/(4S)), κ the sample kurtosis)."""
@@ -82,6 +83,7 @@ def test_fig4_no_identity_freezes_and_vanishes():
     assert std[128][0] < 0.02                            # shaped attention: ≈ 0.37 at every n (fig4 table)
 
 
+@pytest.mark.slow
 def test_fig4_standard_temperature_explodes_with_width():
     """At t = 1 the mean log(tr V/m) grows from n = 32 to n = 128 by more than 5 SE, and mean ρ rises above
     ρ0 by more than 5 SE; for shaped attention (an SDE limit) the log-trace change is within 5 SE."""
