@@ -235,7 +235,7 @@ def test_layer_change_is_the_largest_relative_change_of_a_weight_layer():
     loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean()
     dummy = [Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=0.0, grad_var=1.0)]
     p = probe(net, [Group(list(net.parameters()), 1.0, 1e-8, 0.0)], loss_fn, lambda m, b: m(b[0]),
-              lambda m: dummy, (x, y), (x, y), [1e-3], iterations=1, step=1e-3)
+              lambda m, grads: dummy, (x, y), (x, y), [1e-3], iterations=1, step=1e-3)
     grads = torch.autograd.grad(loss_fn(net, (x, y)), list(net.parameters()))
     moved = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).double()
     with torch.no_grad():
@@ -264,10 +264,11 @@ def test_advise_judges_an_encoder_and_an_encoder_decoder_run(config, tmp_path):
     assert (a.lambda_a_measured is None) == (cfg.model.arch == "encdec")
 
 
-def test_the_line_stops_at_its_first_rise_and_keeps_both_scales():
-    """The one-step loss profile stops at the first lr whose step raises the held-out loss above its init value;
-    each point equals the loss of that single step taken alone, and the two scales read from the profile equal
-    those of the whole grid (the same two-layer regression as above, whose profile falls, then rises)."""
+def test_the_line_is_a_run_of_the_grid_around_its_minimum_with_the_whole_grids_scales():
+    """The one-step loss profile is a contiguous run of the grid from below its lowest point to the first lr whose
+    step raises the held-out loss above its init value; each point equals the loss of that single step taken alone,
+    and the two scales read from it equal those of the whole grid (the same two-layer regression as above, whose
+    profile falls, then rises)."""
     from sigprop.advice.probe import Group, probe
     from sigprop.advice.rule import one_step_limit
     from sigprop.records import Record
@@ -278,11 +279,41 @@ def test_the_line_stops_at_its_first_rise_and_keeps_both_scales():
     loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean()
     dummy = [Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=0.0, grad_var=1.0)]
     run = lambda lrs: probe(net, [Group(list(net.parameters()), 1.0, 1e-8, 0.0)], loss_fn, lambda m, b: m(b[0]),
-                            lambda m: dummy, (x, y), (x, y), lrs, iterations=1)
+                            lambda m, grads: dummy, (x, y), (x, y), lrs, iterations=1)
     grid = [2.0 ** k for k in range(-12, 2)]
     p = run(grid[::-1])
-    whole = dataclasses.replace(p, line=tuple(run([lr]).line[0] for lr in grid))
-    assert [lr for lr, _ in p.line] == grid[:len(p.line)] and 3 <= len(p.line) < len(grid)
+    every = [run([lr]).line[0] for lr in grid]
+    rise = next(i for i, (_, loss) in enumerate(every) if loss > p.loss0)
+    whole = dataclasses.replace(p, line=tuple(every[:rise + 1]))
+    first = grid.index(p.line[0][0])
+    assert p.line == tuple(every[first:rise + 1]) and 3 <= len(p.line) < len(grid)
     assert all(loss <= p.loss0 for _, loss in p.line[:-1]) and p.line[-1][1] > p.loss0
-    assert p.line == whole.line[:len(p.line)]
+    assert min(p.line, key=lambda point: point[1]) != p.line[0] or first == 0
     assert one_step_limit(p) == one_step_limit(whole) and one_step_optimum(p) == one_step_optimum(whole)
+
+
+@pytest.mark.parametrize("profile", ["parabola", "diverges", "never rises", "rises at once"])
+def test_the_line_walk_reads_the_whole_grids_scales_from_every_start(profile: str):
+    """`one_step_line` from each start index of the grid gives the first rise, the lowest point and its neighbours
+    of the whole grid on a profile that falls to one minimum and then rises (or blows up, or never rises)."""
+    from types import SimpleNamespace
+
+    from sigprop.advice.probe import one_step_line
+    from sigprop.advice.rule import one_step_limit
+
+    grid = [2.0 ** k for k in range(-12, 2)]
+    loss0 = 5.0
+    f = {"parabola": lambda lr: loss0 - 3.0 * lr + 40.0 * lr ** 2,
+         "diverges": lambda lr: loss0 - 3.0 * lr + 40.0 * lr ** 2 if lr < 0.1 else math.inf,
+         "never rises": lambda lr: loss0 - 3.0 * lr + 0.5 * lr ** 2,
+         "rises at once": lambda lr: loss0 + lr}[profile]
+    values = [f(lr) for lr in grid]
+    rise = next((i for i, v in enumerate(values) if v > loss0), len(grid) - 1)
+    whole = SimpleNamespace(loss0=loss0, line=tuple(zip(grid[:rise + 1], values[:rise + 1])))
+    for start in range(len(grid)):
+        calls: list[float] = []
+        line = one_step_line(lambda lr, calls=calls: calls.append(lr) or f(lr), grid, loss0, start)
+        walked = SimpleNamespace(loss0=loss0, line=line)
+        assert one_step_limit(walked) == one_step_limit(whole), start
+        assert one_step_optimum(walked) == one_step_optimum(whole), start
+        assert len(calls) == len(set(calls)) and set(line) <= set(whole.line), start

@@ -1,4 +1,5 @@
 """Diagnostics: statistics against constructions with known answers; measure() against direct computation."""
+import dataclasses
 import math
 import re
 import runpy
@@ -87,6 +88,25 @@ def test_measure_leaves_parameter_grads_untouched_and_handles_every_arch():
         n_sub = {"encdec": 2 * 2 + 2 * 3}.get(arch, 2 * 2)
         assert len(recs) == n_sub + 1
         assert all(math.isfinite(r.fwd_var) and r.grad_var is not None for r in recs)
+
+
+@pytest.mark.parametrize("build", ["sigprop", "nano"])
+def test_measure_forward_only_keeps_the_forward_fields(build):
+    """``backward=False`` gives the full pass's forward fields, no gradient variance, and leaves ``.grad`` as found;
+    ``stable_ranks=False`` drops only the stable ranks."""
+    torch.manual_seed(0)
+    model, ids, kw = sigprop_decoder() if build == "sigprop" else nano_gpt()
+    fields = lambda r: [x for x in (r.fwd_mean, r.fwd_var, r.token_corr, r.stable_rank, r.attn_entropy, r.max_logit)
+                        if x is not None]
+    full, found = measure(model, ids, **kw), []
+    grads_as_found(model, "random", lambda: found.extend(measure(model, ids, backward=False, **kw)))
+    assert [r.grad_var for r in found] == [None] * len(full)
+    assert [(r.layer, r.sublayer) for r in found] == [(r.layer, r.sublayer) for r in full]
+    for a, b in zip(full, found):
+        assert fields(b) == pytest.approx(fields(a), rel=1e-10, abs=1e-14)
+    unranked = measure(model, ids, stable_ranks=False, **kw)
+    assert [r.stable_rank for r in unranked] == [None] * len(full)
+    assert [dataclasses.replace(r, stable_rank=None) for r in full] == unranked
 
 
 def test_records_roundtrip_csv_json():

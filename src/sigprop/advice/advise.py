@@ -52,10 +52,10 @@ from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
 from ..train.trainer import EVAL_STREAM
 from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
-from .probe import Group, Probe, last_corr, probe
+from .probe import FORWARD, Group, Probe, last_corr, probe
 from .rule import Rule, decide, limits, outcome, schedule_area
 
-REPORT_PASSES = 2                                       # the report's measured λ_a and λ_g: one pass each
+REPORT_PASSES = 1 + FORWARD                             # the report's measured λ_g (a pass) and λ_a (a forward)
 LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
 
 
@@ -138,8 +138,16 @@ def _finite(x: Any) -> Any:
 
 def lm_loss(z_loss: float = 0.0):
     """The run's loss on a `Batch`, in the model's dtype: mean cross-entropy over target positions (+ z-loss)."""
+    of_logits = logits_loss(z_loss)
+
     def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-        logits = output_tensor(model(*batch.inputs))
+        return of_logits(output_tensor(model(*batch.inputs)), batch)
+    return loss
+
+
+def logits_loss(z_loss: float = 0.0):
+    """`lm_loss` from the model's logits (B, T, V) on a `Batch`."""
+    def loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
         flat, tgt = logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1)
         keep = tgt != IGNORE
         value = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
@@ -241,13 +249,13 @@ def _report_sigprop(model: nn.Module, batch: Batch) -> tuple[list[float], list[f
     twin = _twin(model)
     if isinstance(model, EncoderDecoder):
         encoder = lambda records: [r for r in records if r.stack == "enc"]
-        measured = measure(twin, batch.inputs)
+        measured = measure(twin, batch.inputs, attention_stats=False, stable_ranks=False)
         return (angle_exponents_theory(encoder_chain(model, seq_len=L)), gradient_exponents(encoder(predicted)), None,
                 model_exponent(gradient_exponents(encoder(measured))), measured)
     la = angle_exponents_theory(model_chain(model, seq_len=L))
     lg = gradient_exponents(main_stack(predicted))
     la_m = model_exponent(angle_exponents_measured(twin, batch.inputs, predicted[0].fwd_var))
-    measured = measure(twin, batch.inputs)
+    measured = measure(twin, batch.inputs, attention_stats=False, stable_ranks=False)
     return la, lg, la_m, model_exponent(gradient_exponents(main_stack(measured))), measured
 
 
@@ -263,7 +271,7 @@ def _report_hf(model: nn.Module, batch: Batch) -> tuple[list[float], list[float]
         chain = Walk(model, ids).chain(ids.shape[-1])
     la = angle_exponents_theory(chain)
     lg = gradient_exponents(main_stack(hf_predict(model, ids)))
-    measured = diagnose(_twin(model), ids)
+    measured = diagnose(_twin(model), ids, attention_stats=False, stable_ranks=False)
     return la, lg, None, model_exponent(gradient_exponents(main_stack(measured))), measured
 
 
@@ -274,8 +282,8 @@ def _twin(model: nn.Module) -> nn.Module:
 def _records_fn(model: nn.Module, batch: Batch):
     if _is_hf(model):
         from ..hf import diagnose
-        return lambda m: diagnose(m, batch.inputs[0])
-    return lambda m: measure(m, batch.inputs)
+        return lambda m, grads: diagnose(m, batch.inputs[0], backward=grads, stable_ranks=False)
+    return lambda m, grads: measure(m, batch.inputs, backward=grads, stable_ranks=False)
 
 
 DEFAULT_RULE = Rule()
@@ -314,7 +322,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
     p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
-              LINE_GRID, iterations=iterations, seed=seed)
+              LINE_GRID, iterations=iterations, seed=seed, heldout_loss=logits_loss(optim_cfg.z_loss))
     unit = dataclasses.replace(optim_cfg, lr=1.0)
     area = schedule_area([lr_at(t, inputs.steps, unit) for t in range(inputs.steps)])
     d = decide(p, optim_cfg.beta1, area, inputs.unigram, rule)

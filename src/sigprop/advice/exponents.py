@@ -112,7 +112,8 @@ def angle_exponents_measured(model: nn.Module, batch: object, var: float, delta:
 
     hook = model.embed.register_forward_hook(replace_output)
     try:
-        records = main_stack(measure(model, batch, seed=seed, attention_stats=False))
+        records = main_stack(measure(model, batch, seed=seed, attention_stats=False, backward=False,
+                                     stable_ranks=False))
     finally:
         hook.remove()
     ends: dict[int, float] = {}

@@ -22,13 +22,17 @@ a direction known before any step is taken. `probe` measures along it, on a floa
   1/layer_change one step changes some layer's features by their own size);
 * ``logit_growth`` = d max(attention logit)/dη and ``corr_growth`` = d ρ_L/dη (the last block's token
   correlation: rank collapse) per unit lr, from the records before and after a step η₀;
-* ``line``: (η, held-out loss after the step η d) for the η asked, in increasing order up to the first whose
-  step raises the loss above its init value: the one-step loss profile. The two scales read from it (the
-  first rise above the init loss and the lowest point with its neighbours) need no larger η when the
-  profile falls to one minimum and then rises, as it does on every config of the advise evaluation.
+* ``line``: (η, held-out loss after the step η d) at a contiguous run of the grid ``lrs`` that ends at the first
+  η whose step raises the loss above its init value and starts one below the lowest point: the one-step loss
+  profile around its minimum (`one_step_line`). The two scales read from it (the first rise above the init loss
+  and the lowest point with its neighbours) are those of the whole grid when the profile falls to one minimum and
+  then rises, as it does on every config of the advise evaluation; the walk starts at the grid η nearest
+  ``LINE_START``/out_change (the median of one-step optimum × out_change there is 2^2.5), which sets only how
+  many points it evaluates.
 
-Cost: 1 + 2·``iterations`` gradients, two record passes (forward + backward) and one forward per line point evaluated
-(counted as a third of a forward + backward), reported as ``passes``.
+Cost: 1 + 2·``iterations`` gradients, one record pass (forward + backward) and two forwards at init, two forwards
+after the step η₀d (the output and the records) and one forward per line point evaluated (a forward counted as a
+third of a forward + backward), reported as ``passes``.
 """
 from __future__ import annotations
 
@@ -46,8 +50,9 @@ from ..records import Record
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]          # (model, batch) -> mean loss (scalar)
 OutputFn = Callable[[nn.Module, Any], torch.Tensor]        # (model, batch) -> output tensor (logits)
-RecordsFn = Callable[[nn.Module], list[Record]]            # model -> per-sublayer records at its parameters
+RecordsFn = Callable[[nn.Module, bool], list[Record]]      # (model, with gradients) -> per-sublayer records
 FORWARD = 1.0 / 3.0                                         # a forward pass, in forward + backward passes
+LINE_START = 4.0                                            # the line's walk starts at LINE_START / out_change
 
 
 @dataclass(frozen=True)
@@ -174,11 +179,42 @@ def lanczos_max(matvec: Callable[[torch.Tensor], torch.Tensor], start: torch.Ten
     return max(float(torch.linalg.eigvalsh(t)[-1]), 0.0)
 
 
+def one_step_line(loss_at: Callable[[float], float], grid: Sequence[float], loss0: float, start: int
+                  ) -> tuple[tuple[float, float], ...]:
+    """(η, loss_at(η)) over a contiguous run of the increasing ``grid``: from index ``start`` up to the first η whose
+    loss rises above ``loss0`` (or is not finite: inf), down until some η's does not, and on down until the lowest
+    point found has its lower neighbour (or is the grid's first); the points above the first rise are dropped. On a
+    profile that falls to one minimum and then rises this holds the first rise of the whole grid, its lowest point
+    and that point's neighbours, whatever the start (module docstring)."""
+    values: dict[int, float] = {}
+
+    def rises(i: int) -> bool:
+        if i not in values:
+            value = loss_at(grid[i])
+            values[i] = value if math.isfinite(value) else math.inf
+        return values[i] > loss0
+
+    i = start
+    while not rises(i) and i < len(grid) - 1:
+        i += 1
+    i = start
+    while rises(i) and i > 0:
+        i -= 1
+    low = min((k for k in values if values[k] <= loss0), key=values.__getitem__, default=None)
+    while low is not None and low > 0 and low - 1 not in values:
+        if not rises(low - 1) and values[low - 1] < values[low]:
+            low -= 1
+    top = min((k for k in values if values[k] > loss0), default=len(grid) - 1)
+    return tuple((float(grid[k]), values[k]) for k in sorted(values) if k <= top)
+
+
 def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn: OutputFn, records_fn: RecordsFn,
           train_batch: Any, heldout_batch: Any, lrs: Sequence[float], iterations: int = 4, step: float = 1e-3,
-          seed: int = 0) -> Probe:
+          seed: int = 0, heldout_loss: Callable[[torch.Tensor, Any], torch.Tensor] | None = None) -> Probe:
     """Measure ``model`` at its current parameters along AdamW's first step (module docstring), on a float64
-    copy (the model itself is left as it is). ``groups`` name the copy's parameters by the original's order."""
+    copy (the model itself is left as it is). ``groups`` name the copy's parameters by the original's order.
+    ``heldout_loss(output, batch)``: the loss from ``output_fn``'s output, so that the init loss costs no forward
+    of its own (default: ``loss_fn`` on the held-out batch)."""
     if iterations < 1:
         raise ValueError(f"advise: iterations={iterations} must be >= 1 (Lanczos steps)")
     originals = [p for g in groups for p in g.params]
@@ -215,28 +251,39 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
 
     layers = _weight_layers(twin, ps.params)
     with torch.no_grad(), _outputs(layers) as h0:
-        out0 = output_fn(twin, heldout_batch).double()
-    with torch.no_grad():
-        loss0 = float(loss_fn(twin, heldout_batch))
-    before = records_fn(twin)
+        out0 = output_fn(twin, heldout_batch)
+        loss0 = float(heldout_loss(out0, heldout_batch) if heldout_loss is not None else loss_fn(twin, heldout_batch))
+        out0 = out0.double()
+    before = records_fn(twin, True)
     ps.set(theta + step * direction)
     with torch.no_grad(), _outputs(layers) as h1:
         out1 = output_fn(twin, heldout_batch).double()
-    after = records_fn(twin)
+    after = records_fn(twin, False)
     layer_change = max(((h1[k] - h0[k]).norm() / h0[k].norm()).item() / step for k in h0 if h0[k].norm() > 0)
-    passes += 2 + 2 * FORWARD
-    line = []
-    for lr in sorted(lrs):
+    out_change = float((out1 - out0).norm() / out0.norm()) / step
+    passes += 1 + (3 if heldout_loss is not None else 4) * FORWARD
+
+    def loss_at(lr: float) -> float:
         ps.set(theta + lr * direction)
         with torch.no_grad():
-            value = float(loss_fn(twin, heldout_batch))
-        line.append((float(lr), value if math.isfinite(value) else math.inf))
-        passes += FORWARD
-        if value > loss0 or not math.isfinite(value):
-            break
+            return float(loss_fn(twin, heldout_batch))
+
+    grid = sorted(lrs)
+    guess = LINE_START / out_change if out_change > 0 else math.inf
+    start = min(range(len(grid)), key=lambda i: abs(math.log(grid[i]) - math.log(guess))) if math.isfinite(guess) \
+        else len(grid) - 1
+    evaluated = 0
+
+    def counted(lr: float) -> float:
+        nonlocal evaluated
+        evaluated += 1
+        return loss_at(lr)
+
+    line = one_step_line(counted, grid, loss0, start)
+    passes += evaluated * FORWARD
     ps.set(theta)
     return Probe(loss0=loss0, slope=slope, sharpness=sharp,
-                 out_change=float((out1 - out0).norm() / out0.norm()) / step, layer_change=layer_change,
+                 out_change=out_change, layer_change=layer_change,
                  logit_growth=(_max_logit(after) - _max_logit(before)) / step,
                  corr_growth=(last_corr(after) - last_corr(before)) / step,
                  line=tuple(line), records=tuple(before), passes=passes)

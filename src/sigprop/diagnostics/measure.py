@@ -5,6 +5,8 @@ sublayer output (and the embedding output as layer 0): mean, variance, token cor
 gradient variance, the stable rank of the token matrix, and for attention sublayers the
 softmax entropy and largest logit. The default loss is ⟨output, G⟩ with G ~ N(0, 1) fixed by
 ``seed``, so ∂loss/∂output has unit variance, the starting point of the theory's backward maps.
+``backward=False`` runs the forward pass alone (no gradient variance); ``stable_ranks=False`` skips the
+stable ranks (an SVD per record), where only the moments are wanted.
 
 On a model that is not a sigprop model, ``blocks`` names the modules to measure (as mup's
 coordinate check does on any model): a module class (or a tuple, list or any iterable of classes), a
@@ -79,7 +81,8 @@ def _attention_stats(attn: Attention, args: tuple, kwargs: dict) -> tuple[float,
 
 
 def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-            seed: int = 0, attention_stats: bool = True, blocks: Selector | None = None) -> list[Record]:
+            seed: int = 0, attention_stats: bool = True, blocks: Selector | None = None, backward: bool = True,
+            stable_ranks: bool = True) -> list[Record]:
     """Per-sublayer records of ``model`` on ``batch`` (a tensor, a tuple of args or a dict of kwargs).
 
     Without ``blocks``, modules are found by type: every sigprop `Sublayer` (its ``site`` names
@@ -88,7 +91,8 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
     its class name, ``stack`` "model"; no attention statistics. The model's output may be a tensor or
     carry one as ``.logits``/``.last_hidden_state`` or first tuple entry. Gradients are taken w.r.t.
     each output; every parameter's ``.grad`` is left as it was: None stays None, an existing tensor is
-    the same tensor with the same values (`backprop`).
+    the same tensor with the same values (`backprop`). ``backward=False``: the forward pass alone, under
+    ``torch.no_grad``, ``grad_var`` None; ``stable_ranks=False``: ``stable_rank`` None.
 
     Raises ValueError when nothing can be recorded: without ``blocks``, on a model with no sigprop
     `Sublayer` (pass ``blocks``); with ``blocks``, when none of the selected modules ran in the forward
@@ -113,10 +117,10 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         chosen = select(model, blocks)
         for i, (_, m) in enumerate(chosen):
             hooks.append(m.register_forward_hook(keep(("model", i + 1, type(m).__name__))))
-        backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
+        backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed, backward)
         if not outputs:
             raise ValueError(_nothing_recorded(model, blocks, chosen, bool(ran)))
-        return records_from(outputs, attn_stats)
+        return records_from(outputs, attn_stats, stable_ranks)
 
     def attn_hook(key: tuple) -> Callable:
         def hook(module: Attention, args: tuple, kwargs: dict) -> None:
@@ -135,8 +139,8 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         hooks.append(m.register_forward_hook(keep(key)))
         if attention_stats and isinstance(m.fn, Attention):
             hooks.append(m.fn.register_forward_pre_hook(attn_hook(key), with_kwargs=True))
-    backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed)
-    return records_from(outputs, attn_stats)
+    backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed, backward)
+    return records_from(outputs, attn_stats, stable_ranks)
 
 
 def _nothing_recorded(model: nn.Module, blocks: Selector, chosen: list[tuple[str, nn.Module]], ran: bool) -> str:
@@ -151,11 +155,19 @@ def _nothing_recorded(model: nn.Module, blocks: Selector, chosen: list[tuple[str
 
 
 def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,
-             loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, seed: int) -> None:
+             loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, seed: int, backward: bool = True) -> None:
     """Run ``forward()``, back-propagate ``loss_fn(out)`` (default `random_projection_loss`), then
     remove ``hooks``. Every parameter's ``.grad`` is left as it was: it is set aside (None during the
     pass, so the pass's gradients never accumulate into it) and put back afterwards, the same tensor
-    object with the same values, or None."""
+    object with the same values, or None. ``backward=False``: ``forward()`` alone, under ``torch.no_grad``."""
+    if not backward:
+        try:
+            with torch.no_grad():
+                forward()
+        finally:
+            for h in hooks:
+                h.remove()
+        return
     saved_grads = {p: p.grad for p in model.parameters()}
     for p in saved_grads:
         p.grad = None
@@ -178,8 +190,10 @@ def output_tensor(out: Any) -> torch.Tensor:
 
 
 def records_from(outputs: dict[tuple[str, int, str], torch.Tensor],
-                 attn_stats: dict[tuple[str, int, str], tuple[float, float]]) -> list[Record]:
-    """One measured `Record` per kept output, keyed (stack, layer, sublayer), in insertion order."""
+                 attn_stats: dict[tuple[str, int, str], tuple[float, float]], stable_ranks: bool = True
+                 ) -> list[Record]:
+    """One measured `Record` per kept output, keyed (stack, layer, sublayer), in insertion order; with
+    ``stable_ranks`` False, ``stable_rank`` None."""
     records = []
     for (stack, layer, kind), y in outputs.items():
         entropy, max_logit = attn_stats.get((stack, layer, kind), (None, None))
@@ -187,6 +201,7 @@ def records_from(outputs: dict[tuple[str, int, str], torch.Tensor],
             layer=layer, sublayer=kind, stack=stack, source="measured",
             fwd_mean=y.mean().item(), fwd_var=y.var().item(), token_corr=token_correlation(y.detach()),
             grad_var=None if y.grad is None else y.grad.var().item(),
-            attn_entropy=entropy, max_logit=max_logit, stable_rank=stable_rank(y.detach()),
+            attn_entropy=entropy, max_logit=max_logit,
+            stable_rank=stable_rank(y.detach()) if stable_ranks else None,
         ))
     return records

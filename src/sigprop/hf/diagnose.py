@@ -82,17 +82,18 @@ def _predicted(model: nn.Module, batch: Any, mode: str) -> tuple[list[Record], s
 
 def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
              seed: int = 0, attention_stats: bool = True, plot: str | Path | None = None,
-             mode: str = "eval") -> list[Record]:
+             mode: str = "eval", backward: bool = True, stable_ranks: bool = True) -> list[Record]:
     """Per-sublayer records of a `transformers` model on ``batch`` (input_ids, or a dict of kwargs).
 
     One forward and backward pass; the loss is ``loss_fn(out)`` or ⟨out, G⟩ with G ~ N(0, 1)
     (`random_projection_loss`), out = the logits (or last hidden state). ``mode``: "eval" (default:
     dropout off, two calls give the same records) or "train" (dropout on, to measure its effect); the
     model's train/eval state is restored afterwards. Every parameter's ``.grad`` is left as it was (None
-    stays None; a tensor keeps its values and identity). ``plot``: write a PNG of the measured curves with
-    `plot_records`, and the predicted ones: `sigprop.hf.predict`, walked from the model's own modules in the
-    same mode. Where a module, option or input has no exact moment map the plot is titled "measured only" and a
-    warning names it.
+    stays None; a tensor keeps its values and identity). ``backward=False``: the forward pass alone (no gradient
+    variance); ``stable_ranks=False``: no stable ranks (as in `sigprop.diagnostics.measure`). ``plot``: write a PNG
+    of the measured curves with `plot_records`, and the predicted ones: `sigprop.hf.predict`, walked from the
+    model's own modules in the same mode. Where a module, option or input has no exact moment map the plot is titled
+    "measured only" and a warning names it.
     """
     if mode not in MODES:
         raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")
@@ -105,7 +106,8 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
         def hook(module: nn.Module, args: tuple, out: Any = None) -> None:
             y = args[0] if as_input else (out[0] if isinstance(out, tuple) else out)
             if key not in outputs:
-                y.retain_grad()
+                if y.requires_grad:
+                    y.retain_grad()
                 outputs[key] = y
         return hook
 
@@ -122,9 +124,9 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
     with in_mode(model, mode), _recording_attention(model) if attention_stats else nullcontext({}) as stats:
-        backprop(model, forward, hooks, loss_fn, seed)
+        backprop(model, forward, hooks, loss_fn, seed, backward)
     attn = {(stack, attention_layer[m], "attn"): v for m, v in stats.items() if m in attention_layer}
-    records = records_from(outputs, attn)
+    records = records_from(outputs, attn, stable_ranks)
     if plot is not None:
         predicted, reason = _predicted(model, batch, mode)
         if reason is not None:
