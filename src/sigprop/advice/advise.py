@@ -1,7 +1,7 @@
 r"""`advise(model_or_cfg, ...)`: a signal-propagation report at init and a learning-rate advice, without a run.
 
 For a run config (a `RunConfig` or its TOML path) the model is built and seeded as `sigprop train` builds it,
-and the probe reads the run's first training batch and its validation batch; for a sigprop model, a
+and the probe reads the run's first training batch and a validation batch; for a sigprop model, a
 `ModelConfig` or a Hugging Face causal LM (plain or after `sigprop.hf.apply`) the caller gives the token
 batches (B, T + 1) and the optimizer settings. Everything comes from at most a few tens of forward/backward
 passes (`probe`), never from training:
@@ -189,8 +189,11 @@ class _Inputs:
 
 
 def run_inputs(cfg: RunConfig) -> _Inputs:
-    """The model, optimizer groups, first training batch, validation batch and unigram loss of a run config,
-    as `sigprop train` sets them up (same seeds, same batches)."""
+    """The model, optimizer groups, first training batch, held-out batch and unigram loss of a run config, as
+    `sigprop train` sets them up (same seeds, same batches). The held-out batch is the validation split's first
+    ``batch_size`` sequences (its loss is read at every point of the one-step profile: a batch the size of a
+    training step's keeps that profile a few training steps' worth of compute); the unigram loss is read on its
+    targets."""
     if cfg.objective == "digits":
         raise NotImplementedError("advise: arch 'vit' (digits) is not judged: the stall level needs token "
                                   "frequencies (the unigram loss of text)")
@@ -200,7 +203,7 @@ def run_inputs(cfg: RunConfig) -> _Inputs:
     sampler = EpochSampler(len(data.train), cfg.train.seed)
     train = data.train.batch(sampler.indices(0, cfg.train.batch_size), generator(cfg.train.seed, 0))
     calibrate(model, train.inputs)
-    n = min(len(data.val), max(cfg.train.eval_batches, 1) * cfg.train.batch_size)
+    n = min(len(data.val), cfg.train.batch_size)
     heldout = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM))
     unigram = unigram_nll(data.train.tokens, heldout.targets, data.tokenizer.vocab_size)
     groups = _groups(param_groups(param_rules(model, cfg.model), cfg.optim))

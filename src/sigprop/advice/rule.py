@@ -49,9 +49,9 @@ class Rule:
     sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart."""
 
     basis: str = "one-step optimum"  # the scale the recommendation is read from (a LIMITS name or WINDOW)
-    best: float = 1.68179            # recommended lr / η_basis
-    lo: float = 0.0796502            # interval low end / η_basis
-    hi: float = 2.10211              # interval high end / η_basis
+    best: float = 1.41421            # recommended lr / η_basis
+    lo: float = 0.0573126            # interval low end / η_basis
+    hi: float = 1.81271              # interval high end / η_basis
     edge_basis: str = "edge of stability"  # the scale the largest stable lr is read from
     top: float = 5.65685             # η_max / η_edge_basis
     kappa: float = 76.1093           # progress needed, in units of the gap to the training level
