@@ -317,3 +317,24 @@ def test_the_line_walk_reads_the_whole_grids_scales_from_every_start(profile: st
         assert one_step_limit(walked) == one_step_limit(whole), start
         assert one_step_optimum(walked) == one_step_optimum(whole), start
         assert len(calls) == len(set(calls)) and set(line) <= set(whole.line), start
+
+
+def test_a_run_configs_held_out_batch_is_the_validation_splits_first_batch(tmp_path):
+    """advise reads a held-out batch of ``train.batch_size`` sequences, the validation split's first, with the
+    masks `sigprop train`'s evaluation stream draws, and reads the unigram loss on its targets."""
+    from sigprop.advice.advise import run_inputs
+    from sigprop.experiments.training import unigram_nll
+    from sigprop.train.config import load_config
+    from sigprop.train.sampler import generator
+    from sigprop.train.trainer import EVAL_STREAM
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "tiny_decoder.toml"
+    cfg = load_config(path, ["data.max_chars=60000", "model.d_model=32", "train.batch_size=3", "train.eval_batches=4",
+                             f"train.out_dir={tmp_path / 'run'}"])
+    inputs = run_inputs(cfg)
+    expected = inputs.data.val.batch(torch.arange(3), generator(cfg.train.seed, EVAL_STREAM))
+    assert inputs.heldout.targets.shape[0] == 3 < len(inputs.data.val)
+    assert torch.equal(inputs.heldout.targets, expected.targets)
+    assert all(torch.equal(a, b) for a, b in zip(inputs.heldout.inputs, expected.inputs))
+    vocab = inputs.data.tokenizer.vocab_size
+    assert inputs.unigram == unigram_nll(inputs.data.train.tokens, expected.targets, vocab)
