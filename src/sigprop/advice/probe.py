@@ -208,6 +208,13 @@ def one_step_line(loss_at: Callable[[float], float], grid: Sequence[float], loss
     return tuple((float(grid[k]), values[k]) for k in sorted(values) if k <= top)
 
 
+def _nearest(grid: Sequence[float], lr: float) -> int:
+    """The index of the increasing, positive ``grid``'s value nearest ``lr`` in log scale (the last for inf)."""
+    if not math.isfinite(lr):
+        return len(grid) - 1
+    return min(range(len(grid)), key=lambda i: abs(math.log(grid[i]) - math.log(lr)))
+
+
 def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn: OutputFn, records_fn: RecordsFn,
           train_batch: Any, heldout_batch: Any, lrs: Sequence[float], iterations: int = 4, step: float = 1e-3,
           seed: int = 0, heldout_loss: Callable[[torch.Tensor, Any], torch.Tensor] | None = None) -> Probe:
@@ -263,23 +270,17 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     out_change = float((out1 - out0).norm() / out0.norm()) / step
     passes += 1 + (3 if heldout_loss is not None else 4) * FORWARD
 
+    evaluated = 0
+
     def loss_at(lr: float) -> float:
+        nonlocal evaluated
+        evaluated += 1
         ps.set(theta + lr * direction)
         with torch.no_grad():
             return float(loss_fn(twin, heldout_batch))
 
     grid = sorted(lrs)
-    guess = LINE_START / out_change if out_change > 0 else math.inf
-    start = min(range(len(grid)), key=lambda i: abs(math.log(grid[i]) - math.log(guess))) if math.isfinite(guess) \
-        else len(grid) - 1
-    evaluated = 0
-
-    def counted(lr: float) -> float:
-        nonlocal evaluated
-        evaluated += 1
-        return loss_at(lr)
-
-    line = one_step_line(counted, grid, loss0, start)
+    line = one_step_line(loss_at, grid, loss0, _nearest(grid, LINE_START / out_change if out_change > 0 else math.inf))
     passes += evaluated * FORWARD
     ps.set(theta)
     return Probe(loss0=loss0, slope=slope, sharpness=sharp,

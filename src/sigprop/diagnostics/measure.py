@@ -160,20 +160,16 @@ def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,
     remove ``hooks``. Every parameter's ``.grad`` is left as it was: it is set aside (None during the
     pass, so the pass's gradients never accumulate into it) and put back afterwards, the same tensor
     object with the same values, or None. ``backward=False``: ``forward()`` alone, under ``torch.no_grad``."""
-    if not backward:
-        try:
-            with torch.no_grad():
-                forward()
-        finally:
-            for h in hooks:
-                h.remove()
-        return
-    saved_grads = {p: p.grad for p in model.parameters()}
+    saved_grads = {p: p.grad for p in model.parameters()} if backward else {}
     for p in saved_grads:
         p.grad = None
     try:
-        out = output_tensor(forward())
-        (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
+        if backward:
+            out = output_tensor(forward())
+            (loss_fn(out) if loss_fn is not None else random_projection_loss(out, seed)).backward()
+        else:
+            with torch.no_grad():
+                forward()
     finally:
         for h in hooks:
             h.remove()
