@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/predict.py            # prints the tables of bench/RESULTS.md
     OMP_NUM_THREADS=1 python bench/predict.py --rounds 3 # each timing the least of 3 fresh processes
+    OMP_NUM_THREADS=1 python bench/predict.py --gram     # where one DSLM Gram sample's time goes
 
 Cold = a fresh process (imports excluded): the model built on the meta device, the scheme's init rule
 (DSLM's Gram recursion over the blocks, its attention Gram sampled every ⌊0.01/β²⌋ blocks: every block up to 192,
@@ -84,6 +85,52 @@ def fresh(mode: str, scheme: str, placement: str | None, layers: int, seq: int, 
     return [min(column) for column in zip(*runs)]
 
 
+def gram_parts(repeats: int = 20) -> None:
+    """Where one DSLM Gram sample's time goes: `sigprop.theory.dslm.attention_gram` at the 1000-layer configs' size
+    (8 sequences × 2 heads of 128 tokens, width 256, 4 heads, causal, float32), whole and its steps one by one (each
+    the least of ``repeats`` calls, ms, this process's threads)."""
+    import math
+
+    import torch
+
+    from sigprop.theory.dslm import _cholesky, attention_gram
+
+    s, t, d, heads, draws = 8, 128, 256, 4, 2
+    dk, gen = d // heads, torch.Generator().manual_seed(0)
+    vhat = (0.5 * torch.eye(t, dtype=torch.float64) + 0.5)[None].repeat(s, 1, 1)
+    chol = _cholesky(vhat).to(torch.float32)[:, None]
+    z = torch.randn(s, draws, t, d, generator=gen)
+    x = chol @ z
+    w = torch.randn(s, draws, d, dk, generator=gen) / math.sqrt(d)
+    q = x @ w
+    logits = q @ q.transpose(-1, -2) / math.sqrt(dk)
+    mask = ~torch.ones(t, t, dtype=torch.bool).tril()
+    a = logits.masked_fill(mask, float("-inf")).softmax(-1)
+    ax = a @ x
+    parts = {
+        "whole sample": lambda: attention_gram(vhat, d, heads, True, draws, gen),
+        "Gaussians: tokens": lambda: torch.randn(s, draws, t, d, generator=gen),
+        "Gaussians: query and key weights": lambda: [torch.randn(s, draws, d, dk, generator=gen) for _ in range(2)],
+        "Cholesky factors (float64)": lambda: _cholesky(vhat),
+        "tokens L Z": lambda: chol @ z,
+        "row norms": lambda: x * (math.sqrt(d) / x.norm(dim=-1, keepdim=True)),
+        "queries and keys": lambda: [x @ w for _ in range(2)],
+        "logits": lambda: q @ q.transpose(-1, -2) / math.sqrt(dk),
+        "mask and softmax": lambda: logits.masked_fill(mask, float("-inf")).softmax(-1),
+        "A X": lambda: a @ x,
+        "Gram of A X": lambda: (ax @ ax.transpose(-1, -2) / d).mean(1).to(torch.float64),
+    }
+    print("| one DSLM Gram sample | ms |\n|---|---|")
+    for name, run in parts.items():
+        run()
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        print(f"| {name} | {1e3 * best:.2f} |")
+
+
 def main(rounds: int = 1) -> None:
     from sigprop.theory.moments import Attention, Moments, attention
     from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, FunctionalTable, exact_pairs, exact_rows
@@ -140,5 +187,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] in ("--one", "--phases"):
         run = one if sys.argv[1] == "--one" else phases
         print(*run(sys.argv[2], None if sys.argv[3] == "None" else sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
+    elif "--gram" in sys.argv:
+        gram_parts()
     else:
         main(int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1)
