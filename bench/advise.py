@@ -24,6 +24,12 @@ compute is its steps times that step); beside it the same ratio against the runs
 whatever else ran then), and, independent of the machine, advise's forward+backward passes (float64) / the sweep's
 training steps (the range test: its steps / the sweep's).
 
+What a regret means here: the regret of the best lr's grid neighbours (one ×2 step off), and, on the configs that
+configs/sweep/advise_eval_seed1.toml runs again under a second seed (`REPLICATES`: depth 4, every scheme and width),
+the regret of that seed's best lr on the first seed's runs (an oracle that knows the optimum up to seed noise: the
+floor under any advice scored against one seed), beside advise's regret on the same configs and the seeds'
+difference in final loss.
+
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
 bench/RESULTS.md between their ``<!-- advise-eval -->`` markers.
@@ -57,6 +63,7 @@ from sigprop.train.sweep import load_spec, logged_records
 
 SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "configs/sweep/advise_eval.toml",
           "configs/sweep/advise_eval_deep.toml")
+REPLICATES = {"advise_eval": "configs/sweep/advise_eval_seed1.toml"}   # a second seed of (part of) a sweep
 CACHE = Path("runs/advise-bench")
 MARKER = "<!-- advise-eval -->"
 
@@ -243,6 +250,11 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1]) if len(a) > 2 else math.nan
 
 
+def recalls(pairs: list[tuple[str, str]]) -> dict[str, float]:
+    """Per-outcome recall of (true, predicted) outcome pairs, over the outcomes that occur."""
+    return {k: statistics.mean(p == k for t, p in pairs if t == k) for k in OUTCOMES if any(t == k for t, _ in pairs)}
+
+
 def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dict] | None,
           steps: dict[str, dict] | None = None) -> dict:
     """Every figure of one set under ``rule`` (the range test's with ``ranges``, costs per training step with
@@ -250,8 +262,7 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
     preds = {c["name"]: predict_config(c, ms[c["name"]], rule) for c in cs}
     regret = {c["name"]: loss_at(c, preds[c["name"]]["recommended"]) - best_loss(c) for c in cs}
     truth = [(t, o) for c in cs for t, o in zip(achieved(c), preds[c["name"]]["outcomes"])]
-    recalls = {k: statistics.mean(p == k for t, p in truth if t == k)
-               for k in OUTCOMES if any(t == k for t, _ in truth)}
+    per_outcome = recalls(truth)
     hindsight = {}
     for sweep in {c["sweep"] for c in cs}:
         group = [c for c in cs if c["sweep"] == sweep]
@@ -269,8 +280,8 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "hindsight_median": statistics.median(hindsight.values()),
            "hindsight_mean": statistics.mean(hindsight.values()),
            "hindsight_within_005": statistics.mean(v <= 0.05 for v in hindsight.values()),
-           "accuracy": statistics.mean(t == p for t, p in truth), "recalls": recalls,
-           "balanced": statistics.mean(recalls.values()),
+           "accuracy": statistics.mean(t == p for t, p in truth), "recalls": per_outcome,
+           "balanced": statistics.mean(per_outcome.values()),
            "truth_counts": {k: sum(t == k for t, _ in truth) for k in OUTCOMES},
            "spearman": {k: spearman([f(c) for c in cs], [best_loss(c) for c in cs]) for k, f in {
                "one-step loss at the recommended lr": lambda c: preds[c["name"]]["one_step"],
@@ -278,7 +289,8 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
            "cost_steps": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_steps_s,
            "cost_passes": sum(ms[c["name"]]["passes"] for c in cs) / sweep_passes,
-           "preds": preds}
+           "neighbours": statistics.median(v for c in cs for v in neighbour_regrets(c)),
+           "seed_floor": seed_floor(cs, regret, preds), "preds": preds}
     if ranges is not None:
         for pick in ("steepest", "min_over_10"):
             rg = {c["name"]: loss_at(c, ranges[c["name"]][pick]) - best_loss(c) for c in cs}
@@ -304,6 +316,54 @@ def _log_ratios(cs: list[dict], ms: dict[str, dict], rule: Rule) -> list[float]:
         if lr is not None and math.isfinite(base) and base > 0:
             out.append(math.log(lr / base))
     return out
+
+
+def neighbour_regrets(c: dict) -> list[float]:
+    """Regret of the grid lrs next to the config's best one (×2 and ÷2 where the grid has them), if its best run
+    trains: how much one grid step off the optimum costs, i.e. how sharp the optimum of these runs is."""
+    lrs, best = [r["point"]["optim.lr"] for r in c["runs"]], best_grid_lr(c)
+    if best is None:
+        return []
+    i = lrs.index(best)
+    return [run_loss(c["runs"][j]) - best_loss(c) for j in (i - 1, i + 1) if 0 <= j < len(lrs)]
+
+
+def attach_replicates(cs: list[dict]) -> None:
+    """Give every config of a `REPLICATES` sweep the same config's runs under another seed (``replicate``), when
+    that grid has finished."""
+    by_name = {c["name"]: c for c in cs}
+    for sweep, path in REPLICATES.items():
+        for r in configs(path):
+            c = by_name.get(sweep + ":" + r["name"].partition(":")[2])
+            if c is not None and r["complete"] and r["grid"] == c["grid"]:
+                c["replicate"] = r
+
+
+def seed_floor(cs: list[dict], regret: dict[str, float], preds: dict[str, dict]) -> dict:
+    """Over the configs with a `replicate`: the regret of the replicate's best grid lr on the config's own runs (an
+    oracle that knows the optimum of another seed: the floor under any advice scored against one seed), advise's
+    ``regret`` and outcome accuracy (``preds``) on the same configs, the median |final loss difference| between the
+    seeds at the lrs where both train, and how often the replicate's achieved outcome is the config's (plain and
+    balanced, as the outcome accuracy: the ceiling of an outcome prediction scored against one seed)."""
+    reps = [c for c in cs if "replicate" in c]
+    if not reps:
+        return {"configs": 0}
+    oracle = [loss_at(c, min(c["replicate"]["runs"], key=run_loss)["point"]["optim.lr"]) - best_loss(c)
+              for c in reps]
+    noise = [abs(run_loss(a) - run_loss(b)) for c in reps
+             for a, b, ta, tb in zip(c["runs"], c["replicate"]["runs"], achieved(c), achieved(c["replicate"]))
+             if ta == tb == "trains"]
+    seeds = [pair for c in reps for pair in zip(achieved(c), achieved(c["replicate"]))]
+    ours = [pair for c in reps for pair in zip(achieved(c), preds[c["name"]]["outcomes"])]
+    return {"configs": len(reps), "oracle_median": statistics.median(oracle),
+            "oracle_within_005": statistics.mean(v <= 0.05 for v in oracle),
+            "advise_median": statistics.median(regret[c["name"]] for c in reps),
+            "advise_within_005": statistics.mean(regret[c["name"]] <= 0.05 for c in reps),
+            "noise_median": statistics.median(noise) if noise else math.nan,
+            "agreement": statistics.mean(t == p for t, p in seeds),
+            "agreement_balanced": statistics.mean(recalls(seeds).values()),
+            "advise_accuracy": statistics.mean(t == p for t, p in ours),
+            "advise_balanced": statistics.mean(recalls(ours).values())}
 
 
 def best_grid_lr(c: dict) -> float | None:
@@ -369,6 +429,8 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
             f"| hindsight single lr, mean regret | | {f('hindsight_mean')} |",
             f"| range test steepest, mean regret | | {rg('steepest', 'mean')} |",
             f"| range test min/10, mean regret | | {rg('min_over_10', 'mean')} |",
+            f"| regret one grid step (×2) from the best lr, median | | {f('neighbours')} |",
+            *_floor_rows(s),
             f"| outcome accuracy | ≥ 0.90 | {f('accuracy')} |",
             f"| outcome balanced accuracy | ≥ 0.80 | {f('balanced')} |",
             "| achieved outcomes (diverges/stalls/trains) | | " + " | ".join(
@@ -396,6 +458,24 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
     return "\n".join(lines)
 
 
+def _floor_rows(s: dict) -> list[str]:
+    """The table's rows on the seed-to-seed floor (`seed_floor`) of the calibration and scoring sets."""
+    fl = [s[k]["seed_floor"] for k in ("calibration", "scoring")]
+    cell = lambda key, fmt="{:.3f}": " | ".join(fmt.format(x[key]) if x["configs"] else "–" for x in fl)
+    return [f"| configs with a second seed (depth 4) | | {cell('configs', '{}')} |",
+            f"| second seed's best lr, median regret | | {cell('oracle_median')} |",
+            f"| second seed's best lr, share ≤ 0.05 | | {cell('oracle_within_005')} |",
+            "| advise on those configs, median regret / share ≤ 0.05 | | " + " | ".join(
+                f"{x['advise_median']:.3f} / {x['advise_within_005']:.3f}" if x["configs"] else "–"
+                for x in fl) + " |",
+            f"| final loss, seed 0 against seed 1, median abs. difference (lrs where both train) | | "
+            f"{cell('noise_median')} |",
+            "| outcome of seed 1 as a prediction of seed 0's: accuracy / balanced | | " + " | ".join(
+                f"{x['agreement']:.3f} / {x['agreement_balanced']:.3f}" if x["configs"] else "–" for x in fl) + " |",
+            "| advise on those configs, outcome accuracy / balanced | | " + " | ".join(
+                f"{x['advise_accuracy']:.3f} / {x['advise_balanced']:.3f}" if x["configs"] else "–" for x in fl) + " |"]
+
+
 def _splice(path: Path, text: str) -> None:
     doc = path.read_text()
     if doc.count(MARKER) != 2:
@@ -411,6 +491,7 @@ def main() -> int:
     args = ap.parse_args()
     found = list(itertools.chain.from_iterable(configs(p) for p in SWEEPS))
     cs = [c for c in found if c["complete"]]
+    attach_replicates(cs)
     print(f"{len(cs)} configs with every grid lr finished; left out: "
           f"{[c['name'] for c in found if not c['complete']]}", file=sys.stderr)
     ms, ranges, steps = {}, {}, {}
