@@ -78,7 +78,9 @@ GAPS = {
     "d_model-0": "Pre-LN decoder at width 128: gradient 7.1 % high (median), up to 30 % at positions 1–3 of the "
                  "bottom blocks; as an encoder 0.9 %; candidate: the per-pair token correlation (docs/moments.md)",
     "arch-1": "encoder–decoder: gradient 9.0 % (median), the encoder's gradient, fed by the cross sublayers' "
-              "memory gradient, 10–25 % low at every encoder layer (docs/moments.md)",
+              "memory gradient, 10–25 % low at every encoder layer: the memory gradient 3 % low, the encoder's final "
+              "norm 4 % (the memory gradient's size covaries with the token's 1/σ², which the maps take as "
+              "independent), the bottom blocks as in the encoder alone (bench/encdec_gradient.py, docs/moments.md)",
     "n_dec_layers-0": "encoder–decoder with one decoder block: gradient 10.2 % (median), the encoder's gradient "
                       "19–27 % low, as for arch-1",
 }

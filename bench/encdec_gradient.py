@@ -1,0 +1,167 @@
+"""Where an encoder–decoder's encoder gradient leaves `sigprop.models.predict`: the memory, the final norm, the blocks.
+
+Size as tests/test_predict_knobs.py (Pre-LN, width 64, 4 heads, a 3-block encoder, one decoder block, 16 tokens,
+vocab 64, uniform random ids, float64, 4 sequences per network, network s seeded with s, the random-projection loss
+of `sigprop.diagnostics.measure`). Measured over the networks, beside what the maps predict:
+
+* the memory (the encoder's final-norm output): its gradient's variance and token correlation, as the cross
+  sublayer's map sends them (`sigprop.models.predict.memory_gradient`);
+* the encoder's final norm: its backward gain (gradient variance at its input / at its output), and the parts of
+  it the maps treat as independent: E[1/σ²]·E[σ²] over tokens (σ² the token's variance before the norm), the
+  covariance of the gradient's size with 1/σ² (within a sequence, and across networks), and the alignment
+  E[(g·x̂)²]/E|g|² of the gradient with the normalized token (1 for a gradient independent of the token);
+* the gradient at each encoder block's output;
+* the same encoder alone, as an ``encoder`` model whose output gradient has token correlation 0 and then the
+  memory's (a random projection with a shared part), predicted from that correlation: how well the maps carry a
+  correlated gradient down the same blocks when it comes from a head.
+
+    OMP_NUM_THREADS=1 python bench/encdec_gradient.py [--networks 400]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from sigprop.console import progress
+from sigprop.diagnostics import measure
+from sigprop.diagnostics.commands import DiagnoseConfig, random_batch
+from sigprop.diagnostics.measure import random_projection_loss
+from sigprop.models import ModelConfig, build_model
+from sigprop.models.predict import _backward, memory_gradient, model_chain
+from sigprop.theory.moments.blocks import serial
+from sigprop.theory.moments.postnorm import trace_bwd
+from sigprop.theory.moments.state import Moments, ratio, replace
+
+SIZE = dict(vocab_size=64, d_model=64, n_heads=4, n_layers=3, max_seq_len=16, scheme="preln")
+START = Moments(0.0, 1.0, 0.0)
+
+
+def gram_stats(t: torch.Tensor) -> tuple[float, float]:
+    """(mean squared entry, token correlation E g_i·g_j / E|g_i|², i ≠ j within a sequence) of (B, T, d)."""
+    _, n, d = t.shape
+    gram = torch.einsum("bid,bjd->bij", t, t) / d
+    diag = gram.diagonal(dim1=1, dim2=2)
+    return float(diag.mean()), float((gram.sum((1, 2)) - diag.sum(1)).mean() / (n * (n - 1)) / diag.mean())
+
+
+def predicted(cfg: ModelConfig) -> dict[str, Any]:
+    """The maps' memory gradient (variance, correlation), and the gradient variance at the encoder's final-norm
+    input and at each block output, as `predict` traces them."""
+    model, L, collision = build_model(cfg), cfg.max_seq_len, 1 / cfg.vocab_size
+    enc_labels, enc_chain = model.encoder_chain(L, collision)
+    enc_fwd = serial(*enc_chain).trace(START)
+    _, dec_chain = model.moment_chain(L, collision, enc_fwd[-1])
+    g_out = replace(START, grad_var=1.0, grad_corr=0.0)
+    dec = _backward(model.decoder, dec_chain, serial(*dec_chain).trace(START), g_out, L)
+    var = cov = 0.0
+    for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
+        gm = memory_gradient(sub, m, g)
+        if gm is not None:
+            var, cov = var + gm.grad_var, cov + gm.grad_cov
+    enc = trace_bwd(enc_chain, enc_fwd, replace(enc_fwd[-1], grad_var=var, grad_corr=ratio(cov, var)))
+    states = [m for lab, m in zip(enc_labels, enc[1:]) if lab is not None]
+    return {"memory": (var, ratio(cov, var)), "norm_in": states[-1].grad_var,
+            "blocks": [m.grad_var for m in states[2::2]]}
+
+
+def measured(cfg: ModelConfig, networks: int) -> dict[str, Any]:
+    """The same quantities, and the final norm's parts, over ``networks`` networks."""
+    rows: dict[str, list] = {k: [] for k in ("memory", "norm_in", "jensen", "size_cov", "align", "blocks", "sizes")}
+    for seed in progress(range(networks), "encdec networks"):
+        torch.manual_seed(seed)
+        model = build_model(cfg).double()
+        keep: dict[str, torch.Tensor] = {}
+
+        def grab(name: str, output: bool = True, keep: dict = keep):
+            def hook(module, args, out=None):
+                t = out if output else args[0]
+                t.retain_grad()
+                keep[name] = t
+            return hook
+        norm = model.encoder.final_norm
+        hooks = [norm.register_forward_pre_hook(grab("x", output=False)), norm.register_forward_hook(grab("y"))]
+        hooks += [b.register_forward_hook(grab(f"b{k}")) for k, b in enumerate(model.encoder.blocks)]
+        src, tgt = random_batch(cfg, DiagnoseConfig(seq_len=cfg.max_seq_len, batch=4, seed=seed))
+        random_projection_loss(model(src, tgt), seed).backward()
+        for h in hooks:
+            h.remove()
+        x, gy = keep["x"].detach(), keep["y"].grad
+        xc = x - x.mean(-1, keepdim=True)
+        sig2 = (xc ** 2).mean(-1)
+        size = (gy ** 2).sum(-1)
+        rows["memory"].append(gram_stats(gy))
+        rows["norm_in"].append(gram_stats(keep["x"].grad)[0])
+        rows["jensen"].append(float((1 / sig2).mean() * sig2.mean()))
+        rows["size_cov"].append(float((size / sig2).mean() / (size.mean() * (1 / sig2).mean())))
+        rows["sizes"].append((float(size.mean()), float((1 / sig2).mean())))
+        rows["align"].append(float(((gy * xc / sig2.sqrt()[..., None]).sum(-1) ** 2).mean() / size.mean()))
+        rows["blocks"].append([gram_stats(keep[f"b{k}"].grad)[0] for k in range(len(model.encoder.blocks))])
+    return {k: np.array(v) for k, v in rows.items()}
+
+
+def encoder_alone(r: float, networks: int) -> tuple[np.ndarray, np.ndarray]:
+    """An ``encoder`` model of the same size whose output gradient has token correlation ``r``: the relative error of
+    the predicted gradient variance at each record and its Monte-Carlo standard error."""
+    cfg = ModelConfig(arch="encoder", **SIZE)
+    labels, chain = model_chain(cfg, cfg.max_seq_len, 1 / cfg.vocab_size)
+    states = serial(*chain).trace(START)
+    pred = [m.grad_var for lab, m in zip(labels, trace_bwd(chain, states, replace(START, grad_var=1.0,
+                                                                                     grad_corr=r))[1:])
+            if lab is not None]
+
+    def loss(seed: int):
+        def f(out: torch.Tensor) -> torch.Tensor:
+            g = torch.Generator().manual_seed(10_000 + seed)
+            z = torch.randn(out.shape, generator=g, dtype=out.dtype)
+            shared = torch.randn(out.shape[0], 1, out.shape[2], generator=g, dtype=out.dtype)
+            return (out * (math.sqrt(1 - r) * z + math.sqrt(r) * shared)).sum()
+        return f
+    grads = []
+    for seed in progress(range(networks), "encoder networks"):
+        torch.manual_seed(seed)
+        batch = random_batch(cfg, DiagnoseConfig(seq_len=cfg.max_seq_len, batch=4, seed=seed))
+        grads.append([x.grad_var for x in measure(build_model(cfg).double(), batch, loss_fn=loss(seed), seed=seed,
+                                                  attention_stats=False)])
+    g = np.array(grads)
+    return np.array(pred) / g.mean(0) - 1, g.std(0, ddof=1) / np.sqrt(len(g)) / g.mean(0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--networks", type=int, default=400)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cfg = ModelConfig(arch="encdec", n_dec_layers=1, **SIZE)
+    pred, meas, n = predicted(cfg), measured(cfg, args.networks), args.networks
+    se = lambda a: a.std(0, ddof=1) / math.sqrt(n) / a.mean(0)
+    mem = meas["memory"]
+    mem_var, mem_corr = mem[:, 0].mean(), float((mem[:, 0] * mem[:, 1]).sum() / mem[:, 0].sum())
+    print(f"Pre-LN encdec, {n} networks; relative error of the prediction (Monte-Carlo s.e.):")
+    print(f"| memory gradient variance | {pred['memory'][0]:.4g} | {mem_var:.4g} | "
+          f"{pred['memory'][0] / mem_var - 1:+.1%} ({se(mem[:, 0]):.1%}) |")
+    print(f"| memory gradient token correlation | {pred['memory'][1]:.3f} | {mem_corr:.3f} | |")
+    gain_p, gain_m = pred["norm_in"] / pred["memory"][0], meas["norm_in"].mean() / mem_var
+    print(f"| final norm's backward gain | {gain_p:.4f} | {gain_m:.4f} | {gain_p / gain_m - 1:+.1%} |")
+    sizes = meas["sizes"]
+    across = (sizes[:, 0] * sizes[:, 1]).mean() / (sizes[:, 0].mean() * sizes[:, 1].mean())
+    for name, value in (("E[1/σ²]·E[σ²] over a sequence's tokens", meas["jensen"].mean()),
+                        ("gradient size × 1/σ², within a sequence, over the product of means", meas["size_cov"].mean()),
+                        ("the same across networks", across),
+                        ("alignment E[(g·x̂)²]/E|g|²", meas["align"].mean())):
+        print(f"| final norm: {name} | | {value:.4f} | |")
+    blocks = meas["blocks"]
+    for k, (pv, mv, s) in enumerate(zip(pred["blocks"], blocks.mean(0), se(blocks))):
+        print(f"| encoder block {k + 1} output, gradient variance | {pv:.4g} | {mv:.4g} | {pv / mv - 1:+.1%} "
+              f"({s:.1%}) |")
+    for r in (0.0, round(mem_corr, 2)):
+        err, err_se = encoder_alone(r, n)
+        print(f"encoder alone, output gradient token correlation {r}, per record (embedding, then each sublayer): "
+              + " ".join(f"{e:+.1%} ({s:.1%})" for e, s in zip(err, err_se)))
+
+
+if __name__ == "__main__":
+    main()
