@@ -24,10 +24,12 @@ compute is its steps times that step); beside it the same ratio against the runs
 whatever else ran then), and, independent of the machine, advise's forward+backward passes (float64) / the sweep's
 training steps (the range test: its steps / the sweep's).
 
-What a regret means here: the regret of the best lr's grid neighbours (one ×2 step off), and, on the configs that
-configs/sweep/advise_eval_seed1.toml runs again under a second seed (`REPLICATES`: depth 4, every scheme and width),
-the regret of that seed's best lr on the first seed's runs (an oracle that knows the optimum up to seed noise: the
-floor under any advice scored against one seed), beside advise's regret on the same configs and the seeds'
+What a regret means here: the regret at √2 and 2 times (and divided by) the best grid lr; how tightly the best lr
+follows the lr scale that predicts it best up to a constant (the s.d. of the log ratio); and, on the configs that
+configs/sweep/advise_eval_seed1.toml runs again under a second seed (`REPLICATES`: depths 4 and 24, every scheme and
+width), the regret of that seed's best lr on the first seed's runs (an oracle that knows the optimum up to seed
+noise: the floor under any advice scored against one seed), how often that seed's outcomes match the first's (the
+ceiling of an outcome prediction scored against one seed), advise's figures on the same configs, and the seeds'
 difference in final loss.
 
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
@@ -289,7 +291,8 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
            "cost_steps": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_steps_s,
            "cost_passes": sum(ms[c["name"]]["passes"] for c in cs) / sweep_passes,
-           "neighbours": statistics.median(v for c in cs for v in neighbour_regrets(c)),
+           "neighbours": {f: statistics.median(v for c in cs for v in neighbour_regrets(c, f)) for f in (2 ** .5, 2)},
+           "scale_spread": scale_spread(cs, ms),
            "seed_floor": seed_floor(cs, regret, preds), "preds": preds}
     if ranges is not None:
         for pick in ("steepest", "min_over_10"):
@@ -318,14 +321,23 @@ def _log_ratios(cs: list[dict], ms: dict[str, dict], rule: Rule) -> list[float]:
     return out
 
 
-def neighbour_regrets(c: dict) -> list[float]:
-    """Regret of the grid lrs next to the config's best one (×2 and ÷2 where the grid has them), if its best run
-    trains: how much one grid step off the optimum costs, i.e. how sharp the optimum of these runs is."""
-    lrs, best = [r["point"]["optim.lr"] for r in c["runs"]], best_grid_lr(c)
+def neighbour_regrets(c: dict, factor: float) -> list[float]:
+    """Regret at ``factor`` × and ÷ ``factor`` the config's best grid lr (within the grid), if its best run trains:
+    how much missing the optimum by that factor costs, i.e. how sharp the optimum of these runs is."""
+    best, grid = best_grid_lr(c), [r["point"]["optim.lr"] for r in c["runs"]]
     if best is None:
         return []
-    i = lrs.index(best)
-    return [run_loss(c["runs"][j]) - best_loss(c) for j in (i - 1, i + 1) if 0 <= j < len(lrs)]
+    return [loss_at(c, lr) - best_loss(c) for lr in (best * factor, best / factor) if grid[0] <= lr <= grid[-1]]
+
+
+def scale_spread(cs: list[dict], ms: dict[str, dict]) -> tuple[str, float]:
+    """The lr scale (`limits`) that predicts the best grid lr most tightly up to a constant factor, over the configs
+    whose best run trains: its name and the standard deviation of log(best grid lr / scale) (a factor e^sd)."""
+    pairs = [(best_grid_lr(c), limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)) for c in cs]
+    pairs = [(lr, scales) for lr, scales in pairs if lr is not None]
+    spreads = {k: float(np.std([math.log(lr / scales[k]) for lr, scales in pairs])) for k in LIMITS
+               if all(math.isfinite(scales[k]) and scales[k] > 0 for _, scales in pairs)}
+    return min(spreads.items(), key=lambda kv: kv[1]) if spreads else ("", math.nan)
 
 
 def attach_replicates(cs: list[dict]) -> None:
@@ -429,7 +441,10 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
             f"| hindsight single lr, mean regret | | {f('hindsight_mean')} |",
             f"| range test steepest, mean regret | | {rg('steepest', 'mean')} |",
             f"| range test min/10, mean regret | | {rg('min_over_10', 'mean')} |",
-            f"| regret one grid step (×2) from the best lr, median | | {f('neighbours')} |",
+            "| regret at ×÷√2 / ×÷2 the best grid lr, median | | " + " | ".join(
+                " / ".join(f"{v:.3f}" for v in s[k]["neighbours"].values()) for k in ("calibration", "scoring")) + " |",
+            "| s.d. of log(best grid lr / scale), the tightest lr scale | | " + " | ".join(
+                "{1:.2f} ({0})".format(*s[k]["scale_spread"]) for k in ("calibration", "scoring")) + " |",
             *_floor_rows(s),
             f"| outcome accuracy | ≥ 0.90 | {f('accuracy')} |",
             f"| outcome balanced accuracy | ≥ 0.80 | {f('balanced')} |",
@@ -462,7 +477,7 @@ def _floor_rows(s: dict) -> list[str]:
     """The table's rows on the seed-to-seed floor (`seed_floor`) of the calibration and scoring sets."""
     fl = [s[k]["seed_floor"] for k in ("calibration", "scoring")]
     cell = lambda key, fmt="{:.3f}": " | ".join(fmt.format(x[key]) if x["configs"] else "–" for x in fl)
-    return [f"| configs with a second seed (depth 4) | | {cell('configs', '{}')} |",
+    return [f"| configs with a second seed | | {cell('configs', '{}')} |",
             f"| second seed's best lr, median regret | | {cell('oracle_median')} |",
             f"| second seed's best lr, share ≤ 0.05 | | {cell('oracle_within_005')} |",
             "| advise on those configs, median regret / share ≤ 0.05 | | " + " | ".join(
