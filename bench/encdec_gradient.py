@@ -103,9 +103,11 @@ def measured(cfg: ModelConfig, networks: int) -> dict[str, Any]:
     return {k: np.array(v) for k, v in rows.items()}
 
 
-def encoder_alone(r: float, networks: int) -> tuple[np.ndarray, np.ndarray]:
+def encoder_alone(r: float, networks: int) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """An ``encoder`` model of the same size whose output gradient has token correlation ``r``: the relative error of
-    the predicted gradient variance at each record and its Monte-Carlo standard error."""
+    the predicted gradient variance at each record, its Monte-Carlo standard error, and, at every norm inside the
+    blocks, E[1/|u|²]·E|u|² over tokens and networks (u the centred token the norm reads: the norm's backward gain
+    is (k − 1)·E[1/|u|²], which the map takes from the χ²_k law of i.i.d. Gaussian coordinates, k/(k − 2))."""
     cfg = ModelConfig(arch="encoder", **SIZE)
     labels, chain = model_chain(cfg, cfg.max_seq_len, 1 / cfg.vocab_size)
     states = serial(*chain).trace(START)
@@ -120,14 +122,25 @@ def encoder_alone(r: float, networks: int) -> tuple[np.ndarray, np.ndarray]:
             shared = torch.randn(out.shape[0], 1, out.shape[2], generator=g, dtype=out.dtype)
             return (out * (math.sqrt(1 - r) * z + math.sqrt(r) * shared)).sum()
         return f
-    grads = []
+    grads, norms = [], {}
     for seed in progress(range(networks), "encoder networks"):
         torch.manual_seed(seed)
+        model = build_model(cfg).double()
+        hooks = []
+        for b, block in enumerate(model.stack.blocks):
+            for name in ("attn", "mlp"):
+                def read(module, args, key=f"block {b + 1} {name} norm"):
+                    u = args[0].detach() - args[0].detach().mean(-1, keepdim=True)
+                    n2 = (u ** 2).sum(-1)
+                    norms.setdefault(key, []).append((float((1 / n2).mean()), float(n2.mean())))
+                hooks.append(getattr(block, name).norm.register_forward_pre_hook(read))
         batch = random_batch(cfg, DiagnoseConfig(seq_len=cfg.max_seq_len, batch=4, seed=seed))
-        grads.append([x.grad_var for x in measure(build_model(cfg).double(), batch, loss_fn=loss(seed), seed=seed,
-                                                  attention_stats=False)])
+        grads.append([x.grad_var for x in measure(model, batch, loss_fn=loss(seed), seed=seed, attention_stats=False)])
+        for h in hooks:
+            h.remove()
     g = np.array(grads)
-    return np.array(pred) / g.mean(0) - 1, g.std(0, ddof=1) / np.sqrt(len(g)) / g.mean(0)
+    dispersion = {k: float(np.mean([a for a, _ in v]) * np.mean([b for _, b in v])) for k, v in norms.items()}
+    return np.array(pred) / g.mean(0) - 1, g.std(0, ddof=1) / np.sqrt(len(g)) / g.mean(0), dispersion
 
 
 def main() -> None:
@@ -158,9 +171,12 @@ def main() -> None:
         print(f"| encoder block {k + 1} output, gradient variance | {pv:.4g} | {mv:.4g} | {pv / mv - 1:+.1%} "
               f"({s:.1%}) |")
     for r in (0.0, round(mem_corr, 2)):
-        err, err_se = encoder_alone(r, n)
+        err, err_se, dispersion = encoder_alone(r, n)
         print(f"encoder alone, output gradient token correlation {r}, per record (embedding, then each sublayer): "
               + " ".join(f"{e:+.1%} ({s:.1%})" for e, s in zip(err, err_se)))
+    k = cfg.d_model - 1
+    print(f"encoder alone, E[1/|u|²]·E|u|² at each norm (the χ²_k law: {k / (k - 2):.4f}): "
+          + ", ".join(f"{key} {v:.4f}" for key, v in dispersion.items()))
 
 
 if __name__ == "__main__":
