@@ -31,10 +31,10 @@ from sigprop.diagnostics import measure
 from sigprop.diagnostics.commands import DiagnoseConfig, random_batch
 from sigprop.diagnostics.measure import random_projection_loss
 from sigprop.models import ModelConfig, build_model
-from sigprop.models.predict import _backward, memory_gradient, model_chain
+from sigprop.models.predict import encdec_trace, model_chain
 from sigprop.theory.moments.blocks import serial
 from sigprop.theory.moments.postnorm import trace_bwd
-from sigprop.theory.moments.state import Moments, ratio, replace
+from sigprop.theory.moments.state import Moments, replace
 
 SIZE = dict(vocab_size=64, d_model=64, n_heads=4, n_layers=3, max_seq_len=16, scheme="preln")
 START = Moments(0.0, 1.0, 0.0)
@@ -51,20 +51,10 @@ def gram_stats(t: torch.Tensor) -> tuple[float, float]:
 def predicted(cfg: ModelConfig) -> dict[str, Any]:
     """The maps' memory gradient (variance, correlation), and the gradient variance at the encoder's final-norm
     input and at each block output, as `predict` traces them."""
-    model, L, collision = build_model(cfg), cfg.max_seq_len, 1 / cfg.vocab_size
-    enc_labels, enc_chain = model.encoder_chain(L, collision)
-    enc_fwd = serial(*enc_chain).trace(START)
-    _, dec_chain = model.moment_chain(L, collision, enc_fwd[-1])
     g_out = replace(START, grad_var=1.0, grad_corr=0.0)
-    dec = _backward(model.decoder, dec_chain, serial(*dec_chain).trace(START), g_out, L)
-    var = cov = 0.0
-    for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
-        gm = memory_gradient(sub, m, g)
-        if gm is not None:
-            var, cov = var + gm.grad_var, cov + gm.grad_cov
-    enc = trace_bwd(enc_chain, enc_fwd, replace(enc_fwd[-1], grad_var=var, grad_corr=ratio(cov, var)))
+    enc_labels, enc, _, _ = encdec_trace(build_model(cfg), cfg.max_seq_len, 1 / cfg.vocab_size, START, g_out)
     states = [m for lab, m in zip(enc_labels, enc[1:]) if lab is not None]
-    return {"memory": (var, ratio(cov, var)), "norm_in": states[-1].grad_var,
+    return {"memory": (enc[-1].grad_var, enc[-1].grad_corr), "norm_in": states[-1].grad_var,
             "blocks": [m.grad_var for m in states[2::2]]}
 
 

@@ -140,10 +140,12 @@ def _backward(stack: Stack, chain: list[Component], states: list[Moments], g_out
     return trace_bwd(chain, states, g_out)
 
 
-def _predict_encdec(model: EncoderDecoder, L: int, collision: float, m_in: Moments, g_out: Moments
-                    ) -> list[Record]:
+def encdec_trace(model: EncoderDecoder, L: int, collision: float, m_in: Moments, g_out: Moments
+                 ) -> tuple[list[Label], list[Moments], list[Label], list[Moments]]:
     """Encoder forward → memory; decoder forward and backward; the memory gradient summed over the cross
-    sublayers (independent W_v, W_k: variances and covariances add); encoder backward from it."""
+    sublayers (independent W_v, W_k: variances and covariances add); encoder backward from it. Returns the
+    encoder's labels and states (input, then each component's output, the last the memory with its gradient),
+    then the decoder's."""
     enc_labels, enc_chain = model.encoder_chain(L, collision)
     enc_fwd = serial(*enc_chain).trace(m_in)
     memory = enc_fwd[-1]
@@ -155,7 +157,7 @@ def _predict_encdec(model: EncoderDecoder, L: int, collision: float, m_in: Momen
         if gm is not None:
             var, cov = var + gm.grad_var, cov + gm.grad_cov
     enc = trace_bwd(enc_chain, enc_fwd, replace(memory, grad_var=var, grad_corr=ratio(cov, var)))
-    return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
+    return enc_labels, enc, dec_labels, dec
 
 
 def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
@@ -192,7 +194,8 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
         m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
         L, collision = _defaults(model, seq_len, token_collision)
         if isinstance(model, EncoderDecoder):
-            return _predict_encdec(model, L, collision, m_in, g_out)
+            enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, m_in, g_out)
+            return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
         labels, chain = model_chain(model, seq_len, token_collision)
         states = serial(*chain).trace(m_in)
         if isinstance(model, DecoderLM):
