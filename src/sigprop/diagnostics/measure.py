@@ -107,10 +107,8 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         def hook(module: nn.Module, inputs: tuple, out: Any) -> None:
             ran.add(key)
             out = out[0] if isinstance(out, (tuple, list)) else out
-            if key not in outputs and isinstance(out, torch.Tensor):     # a shared embedding reports its first call
-                if out.requires_grad:
-                    out.retain_grad()
-                outputs[key] = out
+            if isinstance(out, torch.Tensor):
+                keep_first(outputs, key, out)
         return hook
 
     if blocks is not None:
@@ -152,6 +150,16 @@ def _nothing_recorded(model: nn.Module, blocks: Selector, chosen: list[tuple[str
             "select the blocks inside it)")
     return (f"measure: blocks={blocks!r} selects {len(chosen)} submodule(s) of {type(model).__name__}: "
             f"{shown}{more}; {what}")
+
+
+def keep_first(outputs: dict[tuple[str, int, str], torch.Tensor], key: tuple[str, int, str], y: torch.Tensor
+               ) -> None:
+    """Keep ``y`` as the output recorded under ``key`` unless one is there already (a module that runs twice, such
+    as a shared embedding, reports its first call), retaining its gradient where it has one."""
+    if key not in outputs:
+        if y.requires_grad:
+            y.retain_grad()
+        outputs[key] = y
 
 
 def backprop(model: nn.Module, forward: Callable[[], torch.Tensor], hooks: list,

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ..diagnostics.measure import backprop, records_from
+from ..diagnostics.measure import backprop, keep_first, records_from
 from ..diagnostics.plot import plot_records
 from ..diagnostics.statistics import attention_entropy
 from ..records import Record
@@ -104,11 +104,7 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
 
     def keep(key: tuple[str, int, str], as_input: bool) -> Callable:
         def hook(module: nn.Module, args: tuple, out: Any = None) -> None:
-            y = args[0] if as_input else (out[0] if isinstance(out, tuple) else out)
-            if key not in outputs:
-                if y.requires_grad:
-                    y.retain_grad()
-                outputs[key] = y
+            keep_first(outputs, key, args[0] if as_input else (out[0] if isinstance(out, tuple) else out))
         return hook
 
     hooks = [blocks[0].register_forward_pre_hook(keep((stack, 0, "embed"), True))]
