@@ -291,9 +291,7 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
            "cost_steps": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_steps_s,
            "cost_passes": sum(ms[c["name"]]["passes"] for c in cs) / sweep_passes,
-           "neighbours": {f: statistics.median(v for c in cs for v in neighbour_regrets(c, f)) for f in (2 ** .5, 2)},
-           "scale_spread": scale_spread(cs, ms),
-           "seed_floor": seed_floor(cs, regret, preds), "preds": preds}
+           "preds": preds}
     if ranges is not None:
         for pick in ("steepest", "min_over_10"):
             rg = {c["name"]: loss_at(c, ranges[c["name"]][pick]) - best_loss(c) for c in cs}
@@ -319,6 +317,13 @@ def _log_ratios(cs: list[dict], ms: dict[str, dict], rule: Rule) -> list[float]:
         if lr is not None and math.isfinite(base) and base > 0:
             out.append(math.log(lr / base))
     return out
+
+
+def context(cs: list[dict], ms: dict[str, dict], scored: dict) -> dict:
+    """What a regret means on one set (module docstring), beside the figures `score` gave it (``scored``): the
+    regret at √2 and 2 times the best lr, the tightest scale's spread, and the second seed's figures."""
+    return {"neighbours": {f: statistics.median(v for c in cs for v in neighbour_regrets(c, f)) for f in (2 ** .5, 2)},
+            "scale_spread": scale_spread(cs, ms), "seed_floor": seed_floor(cs, scored["regret"], scored["preds"])}
 
 
 def neighbour_regrets(c: dict, factor: float) -> list[float]:
@@ -423,6 +428,8 @@ def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_r
         lines.append("| figure | target | calibration set | scoring set |")
         lines.append("|---|---|---|---|")
         s = {k: score(v, ms, rule, ranges, steps) for k, v in sets.items()}
+        for k, v in sets.items():
+            s[k] |= context(v, ms, s[k])
         fitted_on = "calibration" if rule is rule_cal else "scoring"
         ranker = max(s[fitted_on]["spearman"], key=s[fitted_on]["spearman"].get)
         f = lambda key, fmt="{:.3f}", s=s: " | ".join(fmt.format(s[k][key]) for k in ("calibration", "scoring"))
