@@ -72,11 +72,6 @@ GAPS = {
     "scheme-8": POSTLN.format("6.7 %"),
     "norm_placement-0": POSTLN.format("6.7 %"),
     "admin_mode-0": POSTLN.format("5.3 %"),
-    "scheme-1": "vanilla (no LayerNorm) decoder: forward variance 13.8 % low (median) from the second block on; the "
-                "same stack as an encoder is within 0.2 %; candidate: causal rows mix the raw stream, whose token "
-                "correlation differs per pair of positions (position 0's value is read by every later row)",
-    "d_model-0": "Pre-LN decoder at width 128: gradient 7.1 % high (median), up to 30 % at positions 1–3 of the "
-                 "bottom blocks; as an encoder 0.9 %; candidate: the per-pair token correlation (docs/moments.md)",
     "arch-1": "encoder–decoder: gradient 9.0 % (median), the encoder's gradient, fed by the cross sublayers' "
               "memory gradient, 10–25 % low at every encoder layer: the memory gradient 3 % low, the encoder's final "
               "norm 4 % (the memory gradient's size covaries with the token's 1/σ², which the maps take as "

@@ -34,7 +34,10 @@ different numbers of keys, so a causal stack's positions carry different varianc
 exchangeable-token maps average away: causal stacks are traced backward per position (`causal`: per-position
 variances, the gradient the V and K paths pile on the early keys, the first-token gradient of a collapsed
 Post-LN decoder), except a Post-LN stack short of collapse (token correlation < COLLAPSED_CORR), whose
-norms leave every position alike and which keeps the exchangeable maps.
+norms leave every position alike and which keeps the exchangeable maps. A Pre-LN or norm-free causal stack is
+also traced forward with one token covariance per pair of positions (`causal.pair_forward`: early positions
+are more alike than late ones, so each row's prefix is more correlated than the stack's mean), and its records
+carry that forward's means.
 """
 from __future__ import annotations
 
@@ -167,7 +170,8 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     arguments as `model_chain`. The model is read as it is: its init stds, residual weights, shaping values
     and train/eval mode (dropout). A causal stack is traced backward with one gradient covariance per pair
     of positions and one forward variance per position (`causal`), except a Post-LN one whose forward token
-    correlation stays below COLLAPSED_CORR; bidirectional stacks with the exchangeable maps. An ``encdec``
+    correlation stays below COLLAPSED_CORR, and a Pre-LN or norm-free one forward with one token covariance per
+    pair of positions; bidirectional stacks with the exchangeable maps. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
     `measure` orders them. Raises NotImplementedError for a module or option without an exact map.
 
@@ -182,6 +186,9 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
         L first counts);
       * a causal stack's per-position backward (every causal stack but a Post-LN one short of collapse):
         O(N·L²), one L × L gradient covariance per sublayer;
+      * a Pre-LN or norm-free causal stack's forward per pair of positions: O(N·L²), one L × L token
+        covariance per sublayer (two prefix sums per attention, a degree-4 polynomial per run of tokenwise maps,
+        whose correlation map is evaluated at 5 nodes);
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
         Carlo token-Gram recursion at the config's T tokens, sampled at every k-th block (k = ⌊0.01/β²⌋ with
         β² = 1/N: every block up to 192 blocks, every 10th at 1000), R = 2048 query rows per sample in

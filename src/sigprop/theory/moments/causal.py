@@ -35,6 +35,30 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   (m₂ + s²F̄2)); a residual adds them per position. Tokenwise backward factors are then taken per
   position, a norm's as 1/v_i (N(cx) = N(x)), which turns the early positions (large variance, where
   the V path piles the gradient) down and the late ones up.
+* Forward covariance per pair of positions (`pair_forward`). Causal rows also make the token correlation
+  depend on the pair: after one attention sublayer rows i and i' share their first min(n_i, n_i') values
+  (covariance ∝ 1/max(n_i, n_i') on top of the shared part), so early positions are more alike than late
+  ones, and row i of the next attention averages its own prefix, whose mean correlation exceeds the stack's.
+  The exchangeable maps read the stack's mean and under-predict the early rows (a norm-free decoder's
+  forward variance 14 % low at its second block, 37 % at its third). State: C (L, L), C_jk = Cov(x_j^a, x_k^a).
+  Attention mixes the values with rows independent given the forward moments and keys exchangeable within
+  a row, as in the V path above:
+      P(C)_ii' = Σ_{k ≤ i, k' ≤ i'} C_kk'/(n_i n_i')                                          (i ≠ i'),
+      P(C)_ii  = F2_i/(n_i(1 − p)) Σ_{k ≤ i} C_kk + (1 − F2_i)/(n_i(n_i − 1)) Σ_{k ≠ k' ≤ i} C_kk',
+  and C' = a·P(C) + (E − a·P(C̄)), a = d²σ_v²σ_o², C̄ the exchangeable input (variance and covariance of the
+  pair means): the exchangeable map E (which also carries what P leaves out, the logits' coupling to the
+  values and across rows) shifts row i's variance by E_ii − a·P(C̄)_ii (E_ii = `row_vars`) and every
+  covariance by the mean off-diagonal of E − a·P(C̄), so a uniform C gives the exchangeable map back.
+  A run of tokenwise maps acts on each pair through its correlation map ρ ↦ ρ' (the run's exchangeable
+  forward at the input's mean and variance, interpolated over the pairs' range of ρ at PAIR_NODES Chebyshev
+  nodes), scaled by the per-position output variances (`position_fwd`): exact for homogeneous maps (linear,
+  ReLU) and for norms; a residual adds C's. The records and every exchangeable map downstream then read
+  C's means (variance: the mean diagonal; correlation: the mean off-diagonal over it), and the backward the
+  per-position variances on C's diagonal. Covered (`pairs_cover`): an embedding, then tokenwise maps and
+  residual sublayers whose branches hold tokenwise maps and standard causal attention; any other chain
+  (Post-LN, shaped attention, RoPE, cross-attention) keeps the per-position variances of `position_fwd`.
+  Monte Carlo: tests/test_moments_causal.py (per pair, a norm-free and a Pre-LN stack) and the knob test of
+  `predict` (tests/test_predict_knobs.py).
 * Post-LN sublayer y = N(α x + β f(x)): `PostNormResidual`'s per-token factors (1 + v)(1 − S/d)/EK
   (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
   tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
@@ -51,19 +75,25 @@ import dataclasses
 from functools import lru_cache
 
 import numpy as np
+import torch
 
 from .attention import Attention, gamma_nodes
 from .blocks import Serial, parts, serial
 from .dropout import Dropout
+from .embedding import Embedding
+from .gated import GatedMLP
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
+from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .softmax import row_functionals
-from .state import Component, Moments, replace
+from .state import Component, Moments, ratio, replace
 from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
+PAIR_NODES = 5          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
+_TOKENWISE = (Linear, Dropout, LayerNorm, RMSNorm, GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth, GatedMLP)
 
 
 @lru_cache(maxsize=8)
@@ -243,6 +273,175 @@ def row_vars(att: Attention, m: Moments, fvar: float) -> np.ndarray:
     return fvar * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
 
 
+def _standard_causal(c: Component) -> bool:
+    return isinstance(c, Attention) and c.causal and not c.shaped
+
+
+def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> bool:
+    """Whether `pair_forward` traces this chain: an `Embedding`, then tokenwise maps and `Residual` sublayers
+    whose branches hold only tokenwise maps and standard causal attention, over L ≥ 2 positions."""
+    def covered(c: Component) -> bool:
+        if isinstance(c, Residual):
+            return all(isinstance(q, _TOKENWISE) or _standard_causal(q) for q in parts(c.branch))
+        return isinstance(c, _TOKENWISE)
+    return L >= 2 and len(components) > 0 and isinstance(components[0], Embedding) and all(
+        covered(c) for c in components[1:])
+
+
+def _uniform(m: Moments, L: int) -> np.ndarray:
+    """The exchangeable covariance over L positions: σ² on the diagonal, rσ² off it."""
+    out = np.full((L, L), m.cov)
+    out.flat[::L + 1] = m.var
+    return out
+
+
+def _summary(C: np.ndarray, m: Moments) -> Moments:
+    """``m`` with C's position means: variance the mean diagonal, correlation the mean off-diagonal over it."""
+    L = len(C)
+    var = float(np.trace(C)) / L
+    cov = (float(C.sum()) - L * var) / (L * (L - 1))
+    return replace(m, var=var, corr=ratio(cov, var))
+
+
+def value_mix(C: np.ndarray, f2: np.ndarray, p: float, scale: float = 1.0) -> np.ndarray:
+    """``scale``·P(C) of the module docstring: Σ_{k, k'} E[a_ik a_i'k'] C_kk' for causal rows with F2_i = EΣ_k S_ik²
+    and attention dropout ``p``, rows independent and keys exchangeable within a row, for a symmetric C; O(L²)
+    by prefix sums (each a cumulative sum along rows: Σ_{k ≤ i, k' ≤ i'} C_kk' is that of the transposed row
+    sums, C being symmetric)."""
+    L = len(C)
+    n = np.arange(1.0, L + 1)
+    out = torch.from_numpy(C).cumsum(1).T.cumsum(1).numpy()      # Σ_{k ≤ i, k' ≤ i'} C_kk'
+    own = np.cumsum(np.diagonal(C))                                 # Σ_{k ≤ i} C_kk
+    shared = np.diagonal(out) - own
+    w = scale / n
+    out *= w[:, None]
+    out *= 1 / n
+    out.flat[::L + 1] = w * (f2 / (1 - p) * own + np.where(n > 1, (1 - f2) / np.maximum(n - 1, 1), 0.0) * shared)
+    return out
+
+
+def _attention_pairs(att: Attention, m: Moments, C: np.ndarray, out: Moments) -> np.ndarray:
+    """C at the output of causal attention ``att`` (input ``m`` = C's means, exchangeable output ``out``):
+    a·P(C) plus the exchangeable map's shift from a·P(C̄) (module docstring). P(C̄) of the uniform C̄ in closed
+    form: diagonal F2_i σ²/(1 − p) + (1 − F2_i) rσ² (n_i > 1), off-diagonal rσ² + (1 − r)σ²/max(n_i, n_i'),
+    whose mean over the pairs is rσ² + (1 − r)σ² (L − H_L)/C(L, 2)."""
+    L = len(C)
+    n = np.arange(1.0, L + 1)
+    f2 = row_profiles(att, m)[0]
+    a = att.d * att.v_var * att.d * att.o_var
+    base_diag = a * (f2 * m.var / (1 - att.p) + np.where(n > 1, (1 - f2) * m.cov, 0.0))
+    base_off = a * (m.cov + (m.var - m.cov) * float(np.sum((n - 1) / n)) / (L * (L - 1) / 2))
+    mixed = value_mix(C, f2, att.p, a)
+    shift = out.cov - base_off
+    mixed += shift
+    mixed.flat[::L + 1] += row_vars(att, m, out.var) - base_diag - shift
+    return mixed
+
+
+_CHEB = np.polynomial.chebyshev.chebpts1(PAIR_NODES)
+_CHEB_INV = np.linalg.inv(np.vander(_CHEB, PAIR_NODES, increasing=True))     # node values -> monomials in x
+_NEGLIGIBLE = 1e-9      # a monomial whose largest contribution over the range is below it is dropped
+
+
+def _tokenwise_pairs(run: Serial, m: Moments, C: np.ndarray, v_out: np.ndarray) -> np.ndarray:
+    """C at the output of a run of tokenwise maps: each pair's correlation through the run's exchangeable
+    correlation map at ``m``, interpolated by the degree PAIR_NODES − 1 polynomial through its values at the
+    Chebyshev nodes of the pairs' range [lo, hi] of ρ (evaluated by Horner in ρ − c, c the range's centre; the
+    top terms dropped while each adds less than _NEGLIGIBLE over the range), times the per-position output
+    standard deviations ``v_out``^½."""
+    L = len(C)
+    inv_sd = 1 / np.sqrt(np.diagonal(C))
+    rho = C * inv_sd[:, None]
+    rho *= inv_sd
+    rho.flat[::L + 1] = rho[0, 1]
+    lo, hi = float(rho.min()), float(rho.max())
+    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    if half <= 1e-12:
+        mapped = np.full((L, L), run.fwd(replace(m, corr=max(-1.0, min(1.0, centre)))).corr)
+    else:
+        at = np.clip(centre + half * _CHEB, -1.0, 1.0)
+        values = np.array([run.fwd(replace(m, corr=float(x))).corr for x in at])
+        coef = _CHEB_INV @ values                                   # monomials in x = (ρ − c)/half ∈ [−1, 1]
+        degree = PAIR_NODES - 1
+        while degree > 1 and abs(coef[degree]) < _NEGLIGIBLE:
+            degree -= 1
+        coef = coef[:degree + 1] / half ** np.arange(degree + 1)    # monomials in u = ρ − c
+        if degree == 1 and abs(coef[0] - centre) < _NEGLIGIBLE and abs(coef[1] - 1) < _NEGLIGIBLE:
+            mapped = rho                                            # the identity
+        else:
+            u = rho - centre
+            mapped = u * coef[-1]
+            for c in coef[-2:0:-1]:
+                mapped += c
+                mapped *= u
+            mapped += coef[0]
+    mapped.flat[::L + 1] = 1.0
+    if np.ptp(v_out) == 0:
+        mapped *= float(v_out[0])
+    else:
+        out_sd = np.sqrt(v_out)
+        mapped *= out_sd[:, None]
+        mapped *= out_sd
+    return mapped
+
+
+def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """C at the output of a residual branch from C at its input (``m``: C's means), and the per-position
+    variances at the input of each of its maps, then at its output (what `position_bwd` reads as ``inner``)."""
+    maps = parts(branch)
+    within = [np.diagonal(C).copy()]
+    i = 0
+    while i < len(maps):
+        if _standard_causal(maps[i]):
+            out = maps[i].fwd(m)
+            C = _attention_pairs(maps[i], m, C, out)
+            within.append(np.diagonal(C).copy())
+            i += 1
+        elif isinstance(maps[i], Dropout) and maps[i].p == 0:            # the identity
+            within.append(within[-1])
+            i += 1
+            continue
+        else:
+            j = i
+            while j < len(maps) and not _standard_causal(maps[j]):
+                j += 1
+            run = serial(*maps[i:j])
+            states = run.trace(m)
+            per = _serial_inputs(maps[i:j], states, within[-1])[1:]
+            out = states[-1]
+            C = _tokenwise_pairs(run, m, C, per[-1])
+            within += per
+            i = j
+        m = _summary(C, out)
+    return C, within
+
+
+def pair_forward(components: list[Component], m_in: Moments, L: int
+                 ) -> tuple[list[Moments], list[np.ndarray], list[list[np.ndarray] | None]]:
+    """The forward trace of a chain `pairs_cover` accepts, with one covariance per pair of positions (module
+    docstring): (states: the input, then each component's output, with C's means; the per-position variances at
+    each component's input, then at the output; for each residual, those inside its branch, else None)."""
+    m, C = m_in, None
+    states, per, inner = [m_in], [np.full(L, m_in.var)], []
+    for c in components:
+        out = c.fwd(m)
+        within = None
+        if C is None:                                               # the embedding: exchangeable tokens
+            C = _uniform(out, L)
+        elif isinstance(c, Residual):
+            B, within = _branch_pairs(c.branch, m, C)
+            C = c.alpha ** 2 * C + c.beta ** 2 * B
+            out = _summary(C, out)
+        else:
+            C = _tokenwise_pairs(serial(c), m, C, position_fwd(c, m, per[-1], out))
+            out = _summary(C, out)
+        states.append(out)
+        per.append(np.diagonal(C).copy())
+        inner.append(within)
+        m = out
+    return states, per, inner
+
+
 def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
     """The norm's diagonal and off-diagonal gradient factors (module docstring): per position after an
     attention branch, scalars after a tokenwise one; ``f``: the branch output."""
@@ -329,19 +528,25 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | Non
     return _gains(G, *_position_gains(c, m_in, v))
 
 
-def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int) -> list[Moments]:
+def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int,
+                   pairs: bool = True) -> list[Moments]:
     """``states`` (the forward trace: input, then each component's output) with the gradient moments of
     the per-position backward: position-averaged variance tr G/L and correlation. The backward starts from
     ``g_out`` (exchangeable) at the output. A centred Post-LN sublayer under another gets, per position, the
     upper one's non-mean-free share S_j = β²branch_jj/G_jj as ``upstream_align`` (as `postnorm.trace_bwd`
-    does for the exchangeable backward)."""
+    does for the exchangeable backward). With ``pairs``, a chain `pairs_cover` accepts is traced forward per pair
+    of positions from ``states[0]`` (`pair_forward`), and its returned states carry that forward's means; any
+    other chain, or ``pairs=False``, keeps ``states`` and the per-position variances of `position_fwd`."""
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
-    out = [_scalar(G, states[-1])]
     align: np.ndarray | None = None
-    per, inner = [np.full(L, states[0].var)], []
-    for c, m, m_out in zip(components, states, states[1:]):
-        inner.append(_residual_inputs(c, m, per[-1]))
-        per.append(position_fwd(c, m, per[-1], m_out, inner[-1]))
+    if pairs and pairs_cover(components, L):
+        states, per, inner = pair_forward(components, states[0], L)
+    else:
+        per, inner = [np.full(L, states[0].var)], []
+        for c, m, m_out in zip(components, states, states[1:]):
+            inner.append(_residual_inputs(c, m, per[-1]))
+            per.append(position_fwd(c, m, per[-1], m_out, inner[-1]))
+    out = [_scalar(G, states[-1])]
     for c, m, p, within in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1]), reversed(inner)):
         if isinstance(c, PostNormResidual):
             if align is not None and c.centered:
