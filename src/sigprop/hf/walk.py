@@ -198,9 +198,8 @@ def predict(model: nn.Module, batch: Any, mode: str = "eval") -> list[Record]:
     L = walk.ids.shape[-1]
     with in_mode(model, mode):
         labels, chain = walk.chain(L)
-    states = serial(*chain).trace(Moments(0.0, 1.0, 0.0))
-    g_out = Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
     if stack == "dec":
-        return _records(labels, _backward(SimpleNamespace(placement=walk.family.placement), chain, states, g_out, L),
+        return _records(labels, _backward(SimpleNamespace(placement=walk.family.placement), chain, m_in, g_out, L),
                         stack)
-    return _records(labels, trace_bwd(chain, states, g_out), stack)
+    return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), stack)

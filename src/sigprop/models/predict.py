@@ -45,7 +45,7 @@ from torch import nn
 
 from ..records import Record
 from ..theory.moments.blocks import parts, serial
-from ..theory.moments.causal import position_trace
+from ..theory.moments.causal import pairs_cover, position_trace
 from ..theory.moments.cross_attention import MemoryView, QueryView
 from ..theory.moments.embedding import zipf_collision_probability
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
@@ -134,10 +134,13 @@ def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Rec
             for lab, m in zip(labels, states[1:]) if lab is not None]
 
 
-def _backward(stack: Stack, chain: list[Component], states: list[Moments], g_out: Moments, L: int
-              ) -> list[Moments]:
-    """The backward of a causal ``stack``'s chain from ``g_out``: per position (`causal`), except for a Post-LN
-    stack whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps (`trace_bwd`)."""
+def _backward(stack: Stack, chain: list[Component], m_in: Moments, g_out: Moments, L: int) -> list[Moments]:
+    """The forward and backward trace of a causal ``stack``'s chain from ``m_in`` and ``g_out``: per position
+    (`causal`; forward per pair of positions where `pairs_cover` accepts the chain), except for a Post-LN stack
+    whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps (`trace_bwd`)."""
+    if stack.placement != "post" and pairs_cover(chain, L):
+        return position_trace(chain, [m_in], g_out, L)
+    states = serial(*chain).trace(m_in)
     if stack.placement != "post" or max(m.corr for m in states) >= COLLAPSED_CORR:
         return position_trace(chain, states, g_out, L)
     return trace_bwd(chain, states, g_out)
@@ -153,7 +156,7 @@ def encdec_trace(model: EncoderDecoder, L: int, collision: float, m_in: Moments,
     enc_fwd = serial(*enc_chain).trace(m_in)
     memory = enc_fwd[-1]
     dec_labels, dec_chain = model.moment_chain(L, collision, memory)
-    dec = _backward(model.decoder, dec_chain, serial(*dec_chain).trace(m_in), g_out, L)
+    dec = _backward(model.decoder, dec_chain, m_in, g_out, L)
     var = cov = 0.0
     for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
         gm = memory_gradient(sub, m, g)
@@ -204,7 +207,6 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
             enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, m_in, g_out)
             return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
         labels, chain = model_chain(model, seq_len, token_collision)
-        states = serial(*chain).trace(m_in)
         if isinstance(model, DecoderLM):
-            return _records(labels, _backward(model.stack, chain, states, g_out, L), "dec")
-        return _records(labels, trace_bwd(chain, states, g_out), "enc")
+            return _records(labels, _backward(model.stack, chain, m_in, g_out, L), "dec")
+        return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), "enc")

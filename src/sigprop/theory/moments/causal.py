@@ -93,7 +93,7 @@ from .state import Component, Moments, ratio, replace
 from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
-PAIR_NODES = 5          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
+PAIR_NODES = 3          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
 _TOKENWISE = (Linear, Dropout, LayerNorm, RMSNorm, GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth, GatedMLP)
 
 
@@ -344,7 +344,15 @@ _CHEB_INV = np.linalg.inv(np.vander(_CHEB, PAIR_NODES, increasing=True))     # n
 _NEGLIGIBLE = 1e-9      # a monomial whose largest contribution over the range is below it is dropped
 
 
-def _tokenwise_pairs(run: Serial, m: Moments, C: np.ndarray, v_out: np.ndarray) -> np.ndarray:
+def _run_corr(run: tuple[Component, ...], m: Moments, corr: float) -> float:
+    """The output correlation of the maps ``run`` in turn on ``m`` with its correlation set to ``corr``."""
+    m = replace(m, corr=corr)
+    for c in run:
+        m = c.fwd(m)
+    return m.corr
+
+
+def _tokenwise_pairs(run: tuple[Component, ...], m: Moments, C: np.ndarray, v_out: np.ndarray) -> np.ndarray:
     """C at the output of a run of tokenwise maps: each pair's correlation through the run's exchangeable
     correlation map at ``m``, interpolated by the degree PAIR_NODES − 1 polynomial through its values at the
     Chebyshev nodes of the pairs' range [lo, hi] of ρ (evaluated by Horner in ρ − c, c the range's centre; the
@@ -358,10 +366,10 @@ def _tokenwise_pairs(run: Serial, m: Moments, C: np.ndarray, v_out: np.ndarray) 
     lo, hi = float(rho.min()), float(rho.max())
     centre, half = (lo + hi) / 2, (hi - lo) / 2
     if half <= 1e-12:
-        mapped = np.full((L, L), run.fwd(replace(m, corr=max(-1.0, min(1.0, centre)))).corr)
+        mapped = np.full((L, L), _run_corr(run, m, max(-1.0, min(1.0, centre))))
     else:
         at = np.clip(centre + half * _CHEB, -1.0, 1.0)
-        values = np.array([run.fwd(replace(m, corr=float(x))).corr for x in at])
+        values = np.array([_run_corr(run, m, float(x)) for x in at])
         coef = _CHEB_INV @ values                                   # monomials in x = (ρ − c)/half ∈ [−1, 1]
         degree = PAIR_NODES - 1
         while degree > 1 and abs(coef[degree]) < _NEGLIGIBLE:
@@ -387,33 +395,29 @@ def _tokenwise_pairs(run: Serial, m: Moments, C: np.ndarray, v_out: np.ndarray) 
 
 
 def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """C at the output of a residual branch from C at its input (``m``: C's means), and the per-position
-    variances at the input of each of its maps, then at its output (what `position_bwd` reads as ``inner``)."""
+    """C at the output of a residual branch from C at its input, and the per-position variances at the input of
+    each of its maps, then at its output (what `position_bwd` reads as ``inner``). Each map is evaluated on the
+    branch's exchangeable trace from ``m`` (C's means at the branch input), as the backward evaluates it."""
     maps = parts(branch)
+    states = branch.trace(m) if isinstance(branch, Serial) else [m, branch.fwd(m)]
     within = [np.diagonal(C).copy()]
     i = 0
     while i < len(maps):
         if _standard_causal(maps[i]):
-            out = maps[i].fwd(m)
-            C = _attention_pairs(maps[i], m, C, out)
+            C = _attention_pairs(maps[i], states[i], C, states[i + 1])
             within.append(np.diagonal(C).copy())
             i += 1
         elif isinstance(maps[i], Dropout) and maps[i].p == 0:            # the identity
             within.append(within[-1])
             i += 1
-            continue
         else:
             j = i
             while j < len(maps) and not _standard_causal(maps[j]):
                 j += 1
-            run = serial(*maps[i:j])
-            states = run.trace(m)
-            per = _serial_inputs(maps[i:j], states, within[-1])[1:]
-            out = states[-1]
-            C = _tokenwise_pairs(run, m, C, per[-1])
+            per = _serial_inputs(maps[i:j], states[i:j + 1], within[-1])[1:]
+            C = _tokenwise_pairs(maps[i:j], states[i], C, per[-1])
             within += per
             i = j
-        m = _summary(C, out)
     return C, within
 
 
@@ -425,16 +429,17 @@ def pair_forward(components: list[Component], m_in: Moments, L: int
     m, C = m_in, None
     states, per, inner = [m_in], [np.full(L, m_in.var)], []
     for c in components:
-        out = c.fwd(m)
         within = None
         if C is None:                                               # the embedding: exchangeable tokens
+            out = c.fwd(m)
             C = _uniform(out, L)
         elif isinstance(c, Residual):
             B, within = _branch_pairs(c.branch, m, C)
             C = c.alpha ** 2 * C + c.beta ** 2 * B
-            out = _summary(C, out)
+            out = _summary(C, c.fwd(m))                             # the branch trace is cached
         else:
-            C = _tokenwise_pairs(serial(c), m, C, position_fwd(c, m, per[-1], out))
+            out = c.fwd(m)
+            C = _tokenwise_pairs((c,), m, C, position_fwd(c, m, per[-1], out))
             out = _summary(C, out)
         states.append(out)
         per.append(np.diagonal(C).copy())
@@ -552,8 +557,9 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
     ``g_out`` (exchangeable) at the output. A centred Post-LN sublayer under another gets, per position, the
     upper one's non-mean-free share S_j = β²branch_jj/G_jj as ``upstream_align`` (as `postnorm.trace_bwd`
     does for the exchangeable backward). With ``pairs``, a chain `pairs_cover` accepts is traced forward per pair
-    of positions from ``states[0]`` (`pair_forward`), and its returned states carry that forward's means; any
-    other chain, or ``pairs=False``, keeps ``states`` and the per-position variances of `position_fwd`."""
+    of positions from ``states[0]`` (`pair_forward`; the rest of ``states`` is not read, so the input alone will
+    do), and its returned states carry that forward's means; any other chain, or ``pairs=False``, keeps
+    ``states`` and the per-position variances of `position_fwd`."""
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
     align: np.ndarray | None = None
     states, per, inner = position_forward(components, states, L, pairs)
