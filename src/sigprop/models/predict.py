@@ -190,8 +190,8 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
       * a causal stack's per-position backward (every causal stack but a Post-LN one short of collapse):
         O(N·L²), one L × L gradient covariance per sublayer;
       * a Pre-LN or norm-free causal stack's forward per pair of positions: O(N·L²), one L × L token
-        covariance per sublayer (two prefix sums per attention, a degree-4 polynomial per run of tokenwise maps,
-        whose correlation map is evaluated at 5 nodes);
+        covariance per sublayer (two prefix sums per attention, and per run of tokenwise maps its correlation map
+        evaluated at 3 nodes and applied to every pair as the quadratic through them);
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
         Carlo token-Gram recursion at the config's T tokens, sampled at every k-th block (k = ⌊0.01/β²⌋ with
         β² = 1/N: every block up to 192 blocks, every 10th at 1000), R = 2048 query rows per sample in
