@@ -51,15 +51,17 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   values and across rows) shifts row i's variance by E_ii − a·P(C̄)_ii (E_ii = `row_vars`) and every
   covariance by the mean off-diagonal of E − a·P(C̄), so a uniform C gives the exchangeable map back.
   A run of tokenwise maps acts on each pair through its correlation map ρ ↦ ρ' (the run's exchangeable
-  forward at the input's mean and variance, interpolated over the pairs' range of ρ at PAIR_NODES Chebyshev
-  nodes), scaled by the per-position output variances (`position_fwd`): exact for homogeneous maps (linear,
-  ReLU) and for norms; a residual adds C's. The records and every exchangeable map downstream then read
+  forward at the input's mean and variance, interpolated over the pairs' range of ρ through PAIR_NODES
+  Chebyshev nodes: every record within 2e-4 of 7 nodes', tests/test_moments_causal.py), scaled by the
+  per-position output variances (`position_fwd`); reading the map at the mean variance is exact for
+  homogeneous maps (linear, ReLU) and for norms. A residual adds C's. The records and every exchangeable map downstream then read
   C's means (variance: the mean diagonal; correlation: the mean off-diagonal over it), and the backward the
   per-position variances on C's diagonal. Covered (`pairs_cover`): an embedding, then tokenwise maps and
   residual sublayers whose branches hold tokenwise maps and standard causal attention; any other chain
   (Post-LN, shaped attention, RoPE, cross-attention) keeps the per-position variances of `position_fwd`.
-  Monte Carlo: tests/test_moments_causal.py (per pair, a norm-free and a Pre-LN stack) and the knob test of
-  `predict` (tests/test_predict_knobs.py).
+  Monte Carlo: tests/test_moments_causal.py (the mixing P against sampled causal rows; a norm-free stack per
+  position), the knob test of `predict` (tests/test_predict_knobs.py) and bench/pair_forward.py (Pre-LN, DSLM,
+  GPT-2-style and norm-free decoders, per pair against per position alone).
 * Post-LN sublayer y = N(α x + β f(x)): `PostNormResidual`'s per-token factors (1 + v)(1 − S/d)/EK
   (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
   tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
