@@ -35,6 +35,13 @@ difference in final loss.
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
 bench/RESULTS.md between their ``<!-- advise-eval -->`` markers.
+
+    OMP_NUM_THREADS=1 python bench/advise.py --claims   # after `sigprop reproduce dslm-depth` (runs/reproduce)
+
+scores the shipped rule (`Rule()`, fitted on the balanced split's calibration set) and the range test, unfitted, on
+the claims' tuning runs (`CLAIMS`: each model's lr grid at the tuning seed, `sigprop.experiments.tuning`): deeper
+models (192 layers), another corpus and more steps than any sweep above; written between ``<!-- advise-claims -->``
+markers with --write.
 """
 from __future__ import annotations
 
@@ -57,17 +64,19 @@ from sigprop.advice.range_test import run_range_test
 from sigprop.advice.rule import LIMITS, OUTCOMES, STALL_MARGIN, WINDOW, Rule, decide, limits, outcome, schedule_area
 from sigprop.console import UserError
 from sigprop.experiments.training import unigram_loss
+from sigprop.experiments.tuning import TUNING_SEED
 from sigprop.train.config import RunConfig, from_mapping
 from sigprop.train.optim import make_optimizer
 from sigprop.train.sampler import EpochSampler, generator
 from sigprop.train.schedules import lr_at
-from sigprop.train.sweep import load_spec, logged_records
+from sigprop.train.sweep import finished_records, load_spec, logged_records
 
 SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "configs/sweep/advise_eval.toml",
           "configs/sweep/advise_eval_deep.toml")
 REPLICATES = {"advise_eval": "configs/sweep/advise_eval_seed1.toml"}   # a second seed of (part of) a sweep
 CACHE = Path("runs/advise-bench")
-MARKER = "<!-- advise-eval -->"
+MARKER, CLAIMS_MARKER = "<!-- advise-eval -->", "<!-- advise-claims -->"
+CLAIMS = ("runs/reproduce/dslm-depth/sweeps",)     # claims' sweep folders (`sigprop reproduce NAME`)
 
 
 def achieved(c: dict) -> list[str]:
@@ -116,6 +125,32 @@ def configs(path: str) -> list[dict]:
         cfg = from_mapping(RunConfig, runs[0]["config"])
         out.append({"name": name, "sweep": sweep.removesuffix("_deep"), "set": split(sweep, cfg), "cfg": cfg,
                     "runs": runs, "unigram": unigram, "grid": grid, "complete": len(runs) == len(grid)})
+    return out
+
+
+def claim_configs(folder: str) -> list[dict]:
+    """The tuning runs of a claim's sweep folder as configs (as `configs`): each model's runs at the tuning seed,
+    grouped by their model and optimizer settings, with the lrs its tuning grid reached (3 or more)."""
+    records = [r for r in finished_records(Path(folder) / "sweep.jsonl").values()
+               if r["point"].get("seed") == TUNING_SEED]
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        key = json.dumps({k: r["config"][k] for k in ("model", "data")} | {"steps": r["config"]["train"]["steps"]},
+                         sort_keys=True)
+        groups.setdefault(key, []).append(r)
+    claim, out = Path(folder).parent.name, []
+    for runs in groups.values():
+        runs = sorted(runs, key=lambda r: r["point"]["optim.lr"])
+        grid = [r["point"]["optim.lr"] for r in runs]
+        if len(set(grid)) < 3 or len(set(grid)) < len(grid):
+            continue
+        model = runs[0]["config"]["model"]
+        mode = f",admin_mode={model['admin_mode']}" if model["scheme"] == "admin" else ""
+        name = (f"{claim}:scheme={model['scheme']},norm={model['norm_placement']},n_layers={model['n_layers']},"
+                f"d_model={model['d_model']}{mode}")
+        out.append({"name": name, "sweep": claim, "set": {}, "cfg": from_mapping(RunConfig, runs[0]["config"]),
+                    "runs": runs, "unigram": unigram_loss(runs[0]["config"]["train"]["out_dir"]), "grid": grid,
+                    "complete": True})
     return out
 
 
@@ -498,30 +533,74 @@ def _floor_rows(s: dict) -> list[str]:
                 f"{x['advise_accuracy']:.3f} / {x['advise_balanced']:.3f}" if x["configs"] else "–" for x in fl) + " |"]
 
 
-def _splice(path: Path, text: str) -> None:
+def _splice(path: Path, text: str, marker: str = MARKER) -> None:
     doc = path.read_text()
-    if doc.count(MARKER) != 2:
-        raise ValueError(f"{path} needs two {MARKER} markers around the evaluation table")
-    head, _, rest = doc.partition(MARKER)
-    _, _, tail = rest.partition(MARKER)
-    path.write_text(f"{head}{MARKER}\n{text}\n{MARKER}{tail}")
+    if doc.count(marker) != 2:
+        raise ValueError(f"{path} needs two {marker} markers around the evaluation table")
+    head, _, rest = doc.partition(marker)
+    _, _, tail = rest.partition(marker)
+    path.write_text(f"{head}{marker}\n{text}\n{marker}{tail}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--write", action="store_true", help="splice the table into docs/advise.md and bench/RESULTS.md")
-    args = ap.parse_args()
-    found = list(itertools.chain.from_iterable(configs(p) for p in SWEEPS))
-    cs = [c for c in found if c["complete"]]
-    attach_replicates(cs)
-    print(f"{len(cs)} configs with every grid lr finished; left out: "
-          f"{[c['name'] for c in found if not c['complete']]}", file=sys.stderr)
+def claims_table(cs: list[dict], ms: dict[str, dict], ranges: dict[str, dict], steps: dict[str, dict]) -> str:
+    """The shipped rule and the range test on the claims' tuning runs: per config, then the set's figures."""
+    s = score(cs, ms, Rule(), ranges, steps)
+    lines = ["| config | lr grid | best grid lr | advise lr [interval] | advise regret | range test steepest / "
+             "min/10: lr (regret) | outcomes achieved | outcomes predicted |", "|---|---|---|---|---|---|---|---|"]
+    for c in cs:
+        p, r = s["preds"][c["name"]], ranges[c["name"]]
+        lo, hi = p["decision"].interval
+        picks = " / ".join(f"{r[k]:.3g} ({loss_at(c, r[k]) - best_loss(c):.3f})" for k in ("steepest", "min_over_10"))
+        lines.append(f"| {c['name'].split(':', 1)[1]} | {', '.join(f'{x:g}' for x in c['grid'])} | "
+                     f"{min(c['runs'], key=run_loss)['point']['optim.lr']:g} | {p['recommended']:.3g} "
+                     f"[{lo:.3g}, {hi:.3g}] | {s['regret'][c['name']]:.3f} | {picks} | "
+                     f"{' '.join(o[0] for o in achieved(c))} | {' '.join(o[0] for o in p['outcomes'])} |")
+    rg = lambda pick, key: f"{s[f'range_{pick}'][key]:.3f}"
+    lines += ["", "| figure | claims' tuning runs |", "|---|---|",
+              f"| configs / (config, lr) points | {s['configs']} / {s['points']} |",
+              f"| advise median / mean regret (nats) | {s['median_regret']:.3f} / {s['mean_regret']:.3f} |",
+              f"| hindsight single lr, median / mean regret | {s['hindsight_median']:.3f} / "
+              f"{s['hindsight_mean']:.3f} |",
+              f"| range test steepest, median / mean regret | {rg('steepest', 'median')} / {rg('steepest', 'mean')} |",
+              f"| range test min/10, median / mean regret | {rg('min_over_10', 'median')} / "
+              f"{rg('min_over_10', 'mean')} |",
+              f"| advise share of configs with regret ≤ 0.05 | {s['within_005']:.3f} |",
+              f"| outcome accuracy / balanced | {s['accuracy']:.3f} / {s['balanced']:.3f} |",
+              f"| advise cost / sweep compute (wall, side by side) | {s['cost_steps']:.4f} |",
+              f"| range test cost / sweep compute (wall, side by side) | {s['range_cost_steps']:.4f} |"]
+    return "\n".join(lines)
+
+
+def measure_all(cs: list[dict]) -> tuple[dict, dict, dict]:
+    """advise's probe, one training step's time and the range test of every config (each cached)."""
     ms, ranges, steps = {}, {}, {}
     for i, c in enumerate(cs):
         ms[c["name"]] = measured(c)
         steps[c["name"]] = step_time(c)
         ranges[c["name"]] = ranged(c)
         print(f"[{i + 1}/{len(cs)}] {c['name']}", file=sys.stderr)
+    return ms, ranges, steps
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true", help="splice the table into docs/advise.md and bench/RESULTS.md")
+    ap.add_argument("--claims", action="store_true", help="score the shipped rule on the claims' tuning runs")
+    args = ap.parse_args()
+    if args.claims:
+        cs = list(itertools.chain.from_iterable(claim_configs(p) for p in CLAIMS))
+        text = claims_table(cs, *measure_all(cs))
+        print(text)
+        if args.write:
+            for path in (Path("docs/advise.md"), Path("bench/RESULTS.md")):
+                _splice(path, text, CLAIMS_MARKER)
+        return 0
+    found = list(itertools.chain.from_iterable(configs(p) for p in SWEEPS))
+    cs = [c for c in found if c["complete"]]
+    attach_replicates(cs)
+    print(f"{len(cs)} configs with every grid lr finished; left out: "
+          f"{[c['name'] for c in found if not c['complete']]}", file=sys.stderr)
+    ms, ranges, steps = measure_all(cs)
     texts, rules = [], {}
     for name in SPLITS:
         sets = {k: [c for c in cs if c["set"][name] == k] for k in ("calibration", "scoring")}
