@@ -50,15 +50,15 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   pair means): the exchangeable map E (which also carries what P leaves out, the logits' coupling to the
   values and across rows) shifts row i's variance by E_ii − a·P(C̄)_ii (E_ii = `row_vars`) and every
   covariance by the mean off-diagonal of E − a·P(C̄), so a uniform C gives the exchangeable map back.
-  A run of tokenwise maps acts on each pair through its correlation map ρ ↦ ρ' (the run's exchangeable
-  forward at the input's mean and variance, interpolated over the pairs' range of ρ through PAIR_NODES
-  Chebyshev nodes: every record within 2e-4 of 7 nodes', tests/test_moments_causal.py), scaled by the
-  per-position output variances (`position_fwd`); reading the map at the mean variance is exact for
-  homogeneous maps (linear, ReLU) and for norms. A residual adds C's. The records and every exchangeable map downstream then read
-  C's means (variance: the mean diagonal; correlation: the mean off-diagonal over it), and the backward the
-  per-position variances on C's diagonal. Covered (`pairs_cover`): an embedding, then tokenwise maps and
-  residual sublayers whose branches hold tokenwise maps and standard causal attention; any other chain
-  (Post-LN, shaped attention, RoPE, cross-attention) keeps the per-position variances of `position_fwd`.
+  A run of tokenwise maps acts on each pair through its correlation map ρ ↦ ρ' (the run's exchangeable forward at
+  the input's mean and variance, interpolated over the pairs' range of ρ through PAIR_NODES Chebyshev nodes: every
+  record within 2e-4 of 7 nodes', tests/test_moments_causal.py), scaled by the per-position output variances
+  (`position_fwd`); reading the map at the mean variance is exact for homogeneous maps (linear, ReLU) and for norms.
+  A residual adds C's. The records and every exchangeable map downstream then read C's means (variance: the mean
+  diagonal; correlation: the mean off-diagonal over it), and the backward the per-position variances on C's
+  diagonal. Covered (`pairs_cover`): an embedding, then tokenwise maps and residual sublayers whose branches hold
+  tokenwise maps and standard causal attention; any other chain (Post-LN, shaped attention, RoPE, cross-attention)
+  keeps the per-position variances of `position_fwd`.
   Monte Carlo: tests/test_moments_causal.py (the mixing P against sampled causal rows; a norm-free stack per
   position), the knob test of `predict` (tests/test_predict_knobs.py) and bench/pair_forward.py (Pre-LN, DSLM,
   GPT-2-style and norm-free decoders, per pair against per position alone).
