@@ -219,12 +219,17 @@ def _residual_inputs(c: Component, m_in: Moments, v: np.ndarray) -> list[np.ndar
     return None
 
 
+def _position_means(M: np.ndarray) -> tuple[float, float]:
+    """(mean diagonal, mean off-diagonal) of an (L, L) covariance over positions."""
+    L = len(M)
+    var = float(np.trace(M)) / L
+    return var, (float(M.sum()) - L * var) / (L * (L - 1))
+
+
 def _scalar(G: np.ndarray, m: Moments) -> Moments:
     """``m`` with the position-averaged gradient moments of G."""
-    L = len(G)
-    var = float(np.trace(G)) / L
-    cov = (float(G.sum()) - L * var) / (L * (L - 1))
-    return replace(m, grad_var=var, grad_corr=0.0 if var == 0 else max(-1.0, min(1.0, cov / var)))
+    var, cov = _position_means(G)
+    return replace(m, grad_var=var, grad_corr=ratio(cov, var))
 
 
 def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -300,9 +305,7 @@ def _uniform(m: Moments, L: int) -> np.ndarray:
 
 def _summary(C: np.ndarray, m: Moments) -> Moments:
     """``m`` with C's position means: variance the mean diagonal, correlation the mean off-diagonal over it."""
-    L = len(C)
-    var = float(np.trace(C)) / L
-    cov = (float(C.sum()) - L * var) / (L * (L - 1))
+    var, cov = _position_means(C)
     return replace(m, var=var, corr=ratio(cov, var))
 
 
