@@ -17,6 +17,7 @@ import torch
 from ..console import EXIT_FAILED, EXIT_OK, USER_ERRORS, Parser, UserError, add_set_option, fail
 from .config import load_config
 from .data import prepare_data
+from .distributed import exit_rank, in_torchrun
 from .generation import sample
 from .run import load_run, train
 from .sampler import generator
@@ -39,7 +40,15 @@ def resume_command(argv: Sequence[str], checkpoint: Path, lr: float) -> str:
 
 
 def train_main(argv: Sequence[str]) -> int:
-    """``sigprop train --config FILE [--set k=v ...] [--resume]``."""
+    """``sigprop train --config FILE [--set k=v ...] [--resume]``; as one of several torchrun ranks the process
+    ends here, with the exit status (`sigprop.train.distributed.exit_rank`)."""
+    code = _train(argv)
+    if in_torchrun():
+        exit_rank(code)
+    return code
+
+
+def _train(argv: Sequence[str]) -> int:
     p = Parser(prog="sigprop train", description="Train a sigprop model.")
     p.add_argument("--config", help="TOML run config (see configs/)")
     add_set_option(p)
