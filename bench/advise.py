@@ -36,12 +36,13 @@ Advise and range-test results are cached per config under runs/advise-bench/ (de
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
 bench/RESULTS.md between their ``<!-- advise-eval -->`` markers.
 
-    OMP_NUM_THREADS=1 python bench/advise.py --claims   # after `sigprop reproduce dslm-depth` (runs/reproduce)
+    OMP_NUM_THREADS=1 python bench/advise.py --claims   # after `sigprop reproduce dslm-depth|depth-transfer`
 
 scores the shipped rule (`Rule()`, fitted on the balanced split's calibration set) and the range test, unfitted, on
-the claims' tuning runs (`CLAIMS`: each model's lr grid at the tuning seed, `sigprop.experiments.tuning`): deeper
-models (192 layers), another corpus and more steps than any sweep above; written between ``<!-- advise-claims -->``
-markers with --write.
+the claims' lr grids (`CLAIMS`, folders under runs/reproduce: each model's grid at the tuning seed,
+`sigprop.experiments.tuning`, or, for depth-transfer, which scores every lr of its panels, at its seed): other
+depths (to 192 layers), widths, corpus and step counts than the sweeps above; per claim and together, written between
+``<!-- advise-claims -->`` markers with --write.
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "config
 REPLICATES = {"advise_eval": "configs/sweep/advise_eval_seed1.toml"}   # a second seed of (part of) a sweep
 CACHE = Path("runs/advise-bench")
 MARKER, CLAIMS_MARKER = "<!-- advise-eval -->", "<!-- advise-claims -->"
-CLAIMS = ("runs/reproduce/dslm-depth/sweeps",)     # claims' sweep folders (`sigprop reproduce NAME`)
+CLAIMS = ("runs/reproduce/dslm-depth/sweeps",      # claims' sweep folders (`sigprop reproduce NAME`)
+          "runs/reproduce/depth-transfer/sweeps")
 
 
 def achieved(c: dict) -> list[str]:
@@ -129,25 +131,33 @@ def configs(path: str) -> list[dict]:
 
 
 def claim_configs(folder: str) -> list[dict]:
-    """The tuning runs of a claim's sweep folder as configs (as `configs`): each model's runs at the tuning seed,
-    grouped by their model and optimizer settings, with the lrs its tuning grid reached (3 or more)."""
-    records = [r for r in finished_records(Path(folder) / "sweep.jsonl").values()
-               if r["point"].get("seed") == TUNING_SEED]
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        key = json.dumps({k: r["config"][k] for k in ("model", "data")} | {"steps": r["config"]["train"]["steps"]},
-                         sort_keys=True)
-        groups.setdefault(key, []).append(r)
+    """The lr grids of a claim's sweep folder as configs (as `configs`): runs grouped by their whole config but
+    lr, seed and run folder (a config that two of the claim's panels share ran in each: one run per lr is kept),
+    then by seed; per config the tuning seed's grid (`sigprop.experiments.tuning`), else, for a claim that scores
+    every lr of its grid without tuning (depth-transfer), the lowest seed's; grids of fewer than 3 lrs are left
+    out."""
+    groups: dict[str, dict[int, dict[float, dict]]] = {}
+    for r in finished_records(Path(folder) / "sweep.jsonl").values():
+        config = {**r["config"], "optim": {**r["config"]["optim"], "lr": None},
+                  "train": {**r["config"]["train"], "seed": None, "out_dir": None}}
+        by_lr = groups.setdefault(json.dumps(config, sort_keys=True), {}).setdefault(r["point"].get("seed", 0), {})
+        by_lr.setdefault(r["point"]["optim.lr"], r)
+    grids = []
+    for by_seed in groups.values():
+        full = {seed: list(runs.values()) for seed, runs in by_seed.items() if len(runs) >= 3}
+        if full:
+            grids.append(full[TUNING_SEED] if TUNING_SEED in full else full[min(full)])
     claim, out = Path(folder).parent.name, []
-    for runs in groups.values():
+    for runs in grids:
         runs = sorted(runs, key=lambda r: r["point"]["optim.lr"])
         grid = [r["point"]["optim.lr"] for r in runs]
-        if len(set(grid)) < 3 or len(set(grid)) < len(grid):
-            continue
         model = runs[0]["config"]["model"]
-        mode = f",admin_mode={model['admin_mode']}" if model["scheme"] == "admin" else ""
+        extra = {"admin_mode": model["scheme"] == "admin", "qk_norm": model["qk_norm"],
+                 "parametrization": model["parametrization"] != "standard"}
+        z_loss = runs[0]["config"]["optim"]["z_loss"]
         name = (f"{claim}:scheme={model['scheme']},norm={model['norm_placement']},n_layers={model['n_layers']},"
-                f"d_model={model['d_model']}{mode}")
+                f"d_model={model['d_model']}" + "".join(f",{k}={model[k]}" for k, shown in extra.items() if shown)
+                + (f",z_loss={z_loss:g}" if z_loss else ""))
         out.append({"name": name, "sweep": claim, "set": {}, "cfg": from_mapping(RunConfig, runs[0]["config"]),
                     "runs": runs, "unigram": unigram_loss(runs[0]["config"]["train"]["out_dir"]), "grid": grid,
                     "complete": True})
@@ -542,32 +552,42 @@ def _splice(path: Path, text: str, marker: str = MARKER) -> None:
     path.write_text(f"{head}{marker}\n{text}\n{marker}{tail}")
 
 
-def claims_table(cs: list[dict], ms: dict[str, dict], ranges: dict[str, dict], steps: dict[str, dict]) -> str:
-    """The shipped rule and the range test on the claims' tuning runs: per config, then the set's figures."""
-    s = score(cs, ms, Rule(), ranges, steps)
+def claims_table(cs: list[dict], ms: dict[str, dict], ranges: dict[str, dict], steps: dict[str, dict],
+                 refused: dict[str, str]) -> str:
+    """The shipped rule and the range test on the claims' lr grids: per config, then each claim's figures and,
+    for several claims, those of all their configs together; then the configs advise refused, with its reason."""
+    sets = {c["sweep"]: [] for c in cs}
+    for c in cs:
+        sets[c["sweep"]].append(c)
+    if len(sets) > 1:
+        sets["all"] = cs
+    scores = {k: score(v, ms, Rule(), ranges, steps) for k, v in sets.items()}
+    s = scores["all" if len(sets) > 1 else cs[0]["sweep"]]
     lines = ["| config | lr grid | best grid lr | advise lr [interval] | advise regret | range test steepest / "
              "min/10: lr (regret) | outcomes achieved | outcomes predicted |", "|---|---|---|---|---|---|---|---|"]
     for c in cs:
         p, r = s["preds"][c["name"]], ranges[c["name"]]
         lo, hi = p["decision"].interval
         picks = " / ".join(f"{r[k]:.3g} ({loss_at(c, r[k]) - best_loss(c):.3f})" for k in ("steepest", "min_over_10"))
-        lines.append(f"| {c['name'].split(':', 1)[1]} | {', '.join(f'{x:g}' for x in c['grid'])} | "
+        lines.append(f"| {c['name']} | {', '.join(f'{x:g}' for x in c['grid'])} | "
                      f"{min(c['runs'], key=run_loss)['point']['optim.lr']:g} | {p['recommended']:.3g} "
                      f"[{lo:.3g}, {hi:.3g}] | {s['regret'][c['name']]:.3f} | {picks} | "
                      f"{' '.join(o[0] for o in achieved(c))} | {' '.join(o[0] for o in p['outcomes'])} |")
-    rg = lambda pick, key: f"{s[f'range_{pick}'][key]:.3f}"
-    lines += ["", "| figure | claims' tuning runs |", "|---|---|",
-              f"| configs / (config, lr) points | {s['configs']} / {s['points']} |",
-              f"| advise median / mean regret (nats) | {s['median_regret']:.3f} / {s['mean_regret']:.3f} |",
-              f"| hindsight single lr, median / mean regret | {s['hindsight_median']:.3f} / "
-              f"{s['hindsight_mean']:.3f} |",
-              f"| range test steepest, median / mean regret | {rg('steepest', 'median')} / {rg('steepest', 'mean')} |",
-              f"| range test min/10, median / mean regret | {rg('min_over_10', 'median')} / "
-              f"{rg('min_over_10', 'mean')} |",
-              f"| advise share of configs with regret ≤ 0.05 | {s['within_005']:.3f} |",
-              f"| outcome accuracy / balanced | {s['accuracy']:.3f} / {s['balanced']:.3f} |",
-              f"| advise cost / sweep compute (wall, side by side) | {s['cost_steps']:.4f} |",
-              f"| range test cost / sweep compute (wall, side by side) | {s['range_cost_steps']:.4f} |"]
+    rows = {"configs / (config, lr) points": lambda x: f"{x['configs']} / {x['points']}",
+            "advise median / mean regret (nats)": lambda x: f"{x['median_regret']:.3f} / {x['mean_regret']:.3f}",
+            "hindsight single lr, median / mean regret":
+                lambda x: f"{x['hindsight_median']:.3f} / {x['hindsight_mean']:.3f}",
+            **{f"range test {name}, median / mean regret":
+               (lambda x, k=k: f"{x[f'range_{k}']['median']:.3f} / {x[f'range_{k}']['mean']:.3f}")
+               for k, name in (("steepest", "steepest"), ("min_over_10", "min/10"))},
+            "advise share of configs with regret ≤ 0.05": lambda x: f"{x['within_005']:.3f}",
+            "outcome accuracy / balanced": lambda x: f"{x['accuracy']:.3f} / {x['balanced']:.3f}",
+            "advise cost / sweep compute (wall, side by side)": lambda x: f"{x['cost_steps']:.4f}",
+            "range test cost / sweep compute (wall, side by side)": lambda x: f"{x['range_cost_steps']:.4f}"}
+    lines += ["", "| figure | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    lines += [f"| {name} | " + " | ".join(f(scores[k]) for k in sets) + " |" for name, f in rows.items()]
+    if refused:
+        lines += ["", "Refused by advise, so not scored: " + "; ".join(f"{k} ({v})" for k, v in refused.items())]
     return "\n".join(lines)
 
 
@@ -589,7 +609,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.claims:
         cs = list(itertools.chain.from_iterable(claim_configs(p) for p in CLAIMS))
-        text = claims_table(cs, *measure_all(cs))
+        if not cs:
+            raise SystemExit(f"no lr grid in {', '.join(CLAIMS)}: run `sigprop reproduce NAME --out runs/reproduce`")
+        refused = {}
+        for c in cs:
+            try:
+                measured(c)
+            except NotImplementedError as e:
+                refused[c["name"]] = str(e)
+        cs = [c for c in cs if c["name"] not in refused]
+        text = claims_table(cs, *measure_all(cs), refused)
         print(text)
         if args.write:
             for path in (Path("docs/advise.md"), Path("bench/RESULTS.md")):
