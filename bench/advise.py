@@ -43,6 +43,12 @@ the claims' lr grids (`CLAIMS`, folders under runs/reproduce: each model's grid 
 `sigprop.experiments.tuning`, or, for depth-transfer, which scores every lr of its panels, at its seed): other
 depths (to 192 layers), widths, corpus and step counts than the sweeps above; per claim and together, written between
 ``<!-- advise-claims -->`` markers with --write.
+
+    OMP_NUM_THREADS=1 python bench/advise.py --bases      # after the claims have run, as for --claims
+
+fits each lr scale as the recommendation's basis on the balanced split's calibration set (`fitted_best`) and scores
+it on the scoring set and each claim's lr grids: how far each scale carries to runs it was not fitted on; written
+between ``<!-- advise-bases -->`` markers with --write.
 """
 from __future__ import annotations
 
@@ -76,7 +82,7 @@ SWEEPS = ("configs/sweep/depth_lr.toml", "configs/sweep/width_mup.toml", "config
           "configs/sweep/advise_eval_deep.toml")
 REPLICATES = {"advise_eval": "configs/sweep/advise_eval_seed1.toml"}   # a second seed of (part of) a sweep
 CACHE = Path("runs/advise-bench")
-MARKER, CLAIMS_MARKER = "<!-- advise-eval -->", "<!-- advise-claims -->"
+MARKER, CLAIMS_MARKER, BASES_MARKER = "<!-- advise-eval -->", "<!-- advise-claims -->", "<!-- advise-bases -->"
 CLAIMS = ("runs/reproduce/dslm-depth/sweeps",      # claims' sweep folders (`sigprop reproduce NAME`)
           "runs/reproduce/depth-transfer/sweeps")
 
@@ -380,13 +386,19 @@ def neighbour_regrets(c: dict, factor: float) -> list[float]:
     return [loss_at(c, lr) - best_loss(c) for lr in (best * factor, best / factor) if grid[0] <= lr <= grid[-1]]
 
 
-def scale_spread(cs: list[dict], ms: dict[str, dict]) -> tuple[str, float]:
-    """The lr scale (`limits`) that predicts the best grid lr most tightly up to a constant factor, over the configs
-    whose best run trains: its name and the standard deviation of log(best grid lr / scale) (a factor e^sd)."""
+def scale_spreads(cs: list[dict], ms: dict[str, dict]) -> dict[str, float]:
+    """Per lr scale (`limits`) measurable on all of them, over the configs whose best run trains: the standard
+    deviation of log(best grid lr / scale), how tightly the scale follows the optimum up to a constant factor (a
+    factor e^sd)."""
     pairs = [(best_grid_lr(c), limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)) for c in cs]
     pairs = [(lr, scales) for lr, scales in pairs if lr is not None]
-    spreads = {k: float(np.std([math.log(lr / scales[k]) for lr, scales in pairs])) for k in LIMITS
-               if all(math.isfinite(scales[k]) and scales[k] > 0 for _, scales in pairs)}
+    return {k: float(np.std([math.log(lr / scales[k]) for lr, scales in pairs])) for k in LIMITS
+            if all(math.isfinite(scales[k]) and scales[k] > 0 for _, scales in pairs)}
+
+
+def scale_spread(cs: list[dict], ms: dict[str, dict]) -> tuple[str, float]:
+    """The lr scale that follows the best grid lr most tightly (`scale_spreads`): its name and its spread."""
+    spreads = scale_spreads(cs, ms)
     return min(spreads.items(), key=lambda kv: kv[1]) if spreads else ("", math.nan)
 
 
@@ -434,6 +446,37 @@ def best_grid_lr(c: dict) -> float | None:
     return r["point"]["optim.lr"] if t == "trains" else None
 
 
+def usable_scales(cs: list[dict], ms: dict[str, dict]) -> list[str]:
+    """The lr scales (`LIMITS`) measurable on every config of ``cs``."""
+    return [k for k in LIMITS if all(math.isfinite(limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)[k])
+                                     for c in cs)]
+
+
+def fitted_best(cs: list[dict], ms: dict[str, dict], rule: Rule, basis: str) -> Rule:
+    """``rule`` read from ``basis``, ``best`` the power of 2^¼ times it (2^-8 to 2^8) with the lowest mean regret
+    on ``cs`` (its interval left wide: the interval does not move the advice)."""
+    wide = replace(rule, basis=basis, lo=2.0 ** -8, hi=2.0 ** 8)
+    return min((replace(wide, best=f) for f in _factors(-8, 8)), key=lambda r: score(cs, ms, r, None)["mean_regret"])
+
+
+def bases_table(cal: list[dict], held: dict[str, list[dict]], ms: dict[str, dict]) -> str:
+    """Each lr scale as the recommendation's basis, its multiplier fitted on ``cal`` (`fitted_best`, the rest of
+    the shipped rule kept), scored on ``cal`` and on each held-out set: median / mean regret; with the s.d. of
+    log(best grid lr / scale) on ``cal`` (how tightly the scale follows the optimum there)."""
+    spreads = scale_spreads(cal, ms)
+    sets = {"calibration": cal, **held}
+    lines = ["| basis | s.d. of log(best lr / scale), calibration | fitted best | "
+             + " | ".join(f"{k}: median / mean regret" for k in sets) + " |", "|---|---|---|" + "---|" * len(sets)]
+    for k in (*usable_scales(cal, ms), WINDOW):
+        r = fitted_best(cal, ms, Rule(), k)
+        marks = " (shipped)" if k == Rule().basis else ""
+        cells = [f"{x['median_regret']:.3f} / {x['mean_regret']:.3f}" for x in (score(v, ms, r, None)
+                                                                                for v in sets.values())]
+        lines.append(f"| {k}{marks} | {f'{spreads[k]:.2f}' if k in spreads else ''} | {r.best:.3g} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def fit(cs: list[dict], ms: dict[str, dict]) -> Rule:
     """The rule's constants on one set, each chosen on that set's own runs, outcomes first:
 
@@ -444,8 +487,6 @@ def fit(cs: list[dict], ms: dict[str, dict]) -> Rule:
        with the lowest mean regret (the advice clipped into that window); the basis with the lowest; [``lo``,
        ``hi``] the 10 % and 90 % quantiles of best grid lr / that basis over the configs whose best run trains
        (widened to hold ``best``)."""
-    usable = [k for k in LIMITS if all(math.isfinite(limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)[k])
-                                       for c in cs)]
     regret = lambda r: score(cs, ms, r, None)["mean_regret"]
     bal = lambda r: score(cs, ms, r, None)["balanced"]
 
@@ -458,8 +499,8 @@ def fit(cs: list[dict], ms: dict[str, dict]) -> Rule:
             r = max(options, key=bal)
         return r
 
-    rule = max((tuned(k) for k in usable), key=bal)
-    rule = min((replace(rule, basis=k, best=f) for k in (*usable, WINDOW) for f in _factors(-8, 8)), key=regret)
+    rule = max((tuned(k) for k in usable_scales(cs, ms)), key=bal)
+    rule = min((fitted_best(cs, ms, rule, k) for k in (*usable_scales(cs, ms), WINDOW)), key=regret)
     lo, hi = (math.exp(v) for v in np.quantile(_log_ratios(cs, ms, rule), [0.1, 0.9]))
     return replace(rule, lo=min(lo, rule.best), hi=max(hi, rule.best))
 
@@ -602,33 +643,55 @@ def measure_all(cs: list[dict]) -> tuple[dict, dict, dict]:
     return ms, ranges, steps
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--write", action="store_true", help="splice the table into docs/advise.md and bench/RESULTS.md")
-    ap.add_argument("--claims", action="store_true", help="score the shipped rule on the claims' tuning runs")
-    args = ap.parse_args()
-    if args.claims:
-        cs = list(itertools.chain.from_iterable(claim_configs(p) for p in CLAIMS))
-        if not cs:
-            raise SystemExit(f"no lr grid in {', '.join(CLAIMS)}: run `sigprop reproduce NAME --out runs/reproduce`")
-        refused = {}
-        for c in cs:
-            try:
-                measured(c)
-            except NotImplementedError as e:
-                refused[c["name"]] = str(e)
-        cs = [c for c in cs if c["name"] not in refused]
-        text = claims_table(cs, *measure_all(cs), refused)
-        print(text)
-        if args.write:
-            for path in (Path("docs/advise.md"), Path("bench/RESULTS.md")):
-                _splice(path, text, CLAIMS_MARKER)
-        return 0
+def judged_claims() -> tuple[list[dict], dict[str, str]]:
+    """The configs of the claims' lr grids (`CLAIMS`) that advise judges, and those it refuses with its reason."""
+    cs = list(itertools.chain.from_iterable(claim_configs(p) for p in CLAIMS))
+    if not cs:
+        raise SystemExit(f"no lr grid in {', '.join(CLAIMS)}: run `sigprop reproduce NAME --out runs/reproduce`")
+    refused = {}
+    for c in cs:
+        try:
+            measured(c)
+        except NotImplementedError as e:
+            refused[c["name"]] = str(e)
+    return [c for c in cs if c["name"] not in refused], refused
+
+
+def sweep_configs() -> list[dict]:
+    """The configs of `SWEEPS` whose every grid lr finished, with their second seed's runs where there is one."""
     found = list(itertools.chain.from_iterable(configs(p) for p in SWEEPS))
     cs = [c for c in found if c["complete"]]
     attach_replicates(cs)
     print(f"{len(cs)} configs with every grid lr finished; left out: "
           f"{[c['name'] for c in found if not c['complete']]}", file=sys.stderr)
+    return cs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true", help="splice the table into docs/advise.md and bench/RESULTS.md")
+    ap.add_argument("--claims", action="store_true", help="score the shipped rule on the claims' lr grids")
+    ap.add_argument("--bases", action="store_true", help="each lr scale as the basis, fitted on the balanced "
+                    "calibration set, scored on its scoring set and the claims' lr grids")
+    args = ap.parse_args()
+    if args.claims or args.bases:
+        claims, refused = judged_claims()
+        if args.claims:
+            text, marker = claims_table(claims, *measure_all(claims), refused), CLAIMS_MARKER
+        else:
+            cs = sweep_configs()
+            ms = measure_all(cs + claims)[0]
+            held = {"scoring": [c for c in cs if c["set"]["balanced"] == "scoring"]}
+            for c in claims:
+                held.setdefault(c["sweep"], []).append(c)
+            text = bases_table([c for c in cs if c["set"]["balanced"] == "calibration"], held, ms)
+            marker = BASES_MARKER
+        print(text)
+        if args.write:
+            for path in (Path("docs/advise.md"), Path("bench/RESULTS.md")):
+                _splice(path, text, marker)
+        return 0
+    cs = sweep_configs()
     ms, ranges, steps = measure_all(cs)
     texts, rules = [], {}
     for name in SPLITS:
