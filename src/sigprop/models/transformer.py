@@ -5,6 +5,8 @@ embedding and scaled by the scheme's ``logit_scale`` = 1/√(d σ_e²) (unit-var
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -135,8 +137,22 @@ class ViT(nn.Module):
 
     def moment_chain(self) -> Chain:
         """Patch embedding (N(0, 1) pixels) and dropout, the stack over T = 1 + patches tokens, then the head
-        on the class token only (`ClassToken`)."""
+        on the class token only (`ClassToken`).
+
+        Refused (NotImplementedError) for Pre-LN blocks whose class token starts at another variance than the
+        patch tokens (every scheme but DSLM): the head's gradient lands on the class token alone, and the
+        residual stream keeps that token's own variance σ², by which each of its Pre-LN norms divides its
+        gradient; the token-averaged maps see the mean variance instead, and miss the gradient by up to 29 %
+        (91 % at the embedding; docs/moments.md). A Post-LN block renormalizes every token, so the mismatch
+        ends at the first sublayer (measured within 1 %)."""
         emb = self.embed.moment_map()
+        cls, patch = emb.token_vars
+        if self.stack.placement == "pre" and not math.isclose(cls, patch, rel_tol=1e-9):
+            raise NotImplementedError(
+                f"arch 'vit' with Pre-LN blocks and a class token of variance {cls:.3g} against {patch:.3g} for a "
+                f"patch token (scheme {self.cfg.scheme!r}) has no exact moment map: the class token alone carries "
+                "the head's gradient, and its norms scale it by its own 1/σ², which the token-averaged maps do not "
+                "follow; equal token variances (scheme 'dslm') or Post-LN blocks are predicted")
         T = emb.n_patches + 1
         zero_bias(self.head, "ViT head")
         head = Linear(self.head.in_features, self.head.out_features, weight_var(self.head.weight, "ViT head"))
