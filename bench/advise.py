@@ -308,6 +308,14 @@ def recalls(pairs: list[tuple[str, str]]) -> dict[str, float]:
     return {k: statistics.mean(p == k for t, p in pairs if t == k) for k in OUTCOMES if any(t == k for t, _ in pairs)}
 
 
+def by_sweep(cs: list[dict]) -> dict[str, list[dict]]:
+    """The configs grouped by their sweep (or claim), in first-seen order."""
+    out: dict[str, list[dict]] = {}
+    for c in cs:
+        out.setdefault(c["sweep"], []).append(c)
+    return out
+
+
 def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dict] | None,
           steps: dict[str, dict] | None = None) -> dict:
     """Every figure of one set under ``rule`` (the range test's with ``ranges``, costs per training step with
@@ -317,8 +325,7 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
     truth = [(t, o) for c in cs for t, o in zip(achieved(c), preds[c["name"]]["outcomes"])]
     per_outcome = recalls(truth)
     hindsight = {}
-    for sweep in {c["sweep"] for c in cs}:
-        group = [c for c in cs if c["sweep"] == sweep]
+    for group in by_sweep(cs).values():
         grid = group[0]["grid"]
         lr = min(grid, key=lambda x: statistics.mean(loss_at(c, x) for c in group))
         hindsight.update({c["name"]: loss_at(c, lr) - best_loss(c) for c in group})
@@ -597,9 +604,7 @@ def claims_table(cs: list[dict], ms: dict[str, dict], ranges: dict[str, dict], s
                  refused: dict[str, str]) -> str:
     """The shipped rule and the range test on the claims' lr grids: per config, then each claim's figures and,
     for several claims, those of all their configs together; then the configs advise refused, with its reason."""
-    sets = {c["sweep"]: [] for c in cs}
-    for c in cs:
-        sets[c["sweep"]].append(c)
+    sets = by_sweep(cs)
     if len(sets) > 1:
         sets["all"] = cs
     scores = {k: score(v, ms, Rule(), ranges, steps) for k, v in sets.items()}
@@ -680,10 +685,8 @@ def main() -> int:
             text, marker = claims_table(claims, *measure_all(claims), refused), CLAIMS_MARKER
         else:
             cs = sweep_configs()
-            ms = measure_all(cs + claims)[0]
-            held = {"scoring": [c for c in cs if c["set"]["balanced"] == "scoring"]}
-            for c in claims:
-                held.setdefault(c["sweep"], []).append(c)
+            ms = {c["name"]: measured(c) for c in cs + claims}           # no range test or step time needed
+            held = {"scoring": [c for c in cs if c["set"]["balanced"] == "scoring"], **by_sweep(claims)}
             text = bases_table([c for c in cs if c["set"]["balanced"] == "calibration"], held, ms)
             marker = BASES_MARKER
         print(text)
