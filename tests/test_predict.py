@@ -28,7 +28,15 @@ from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.records import Record
 from sigprop.theory import moments
 from sigprop.theory.moments import Attention, Moments, blocks, norm
-from sigprop.theory.moments.tables import BETA_MAX, PAIR_KEYS, ROW_KEYS, exact_pairs, exact_rows, functional_table
+from sigprop.theory.moments.tables import (
+    BETA_MAX,
+    PAIR_KEYS,
+    ROW_KEYS,
+    exact_pairs,
+    exact_profiles,
+    exact_rows,
+    functional_table,
+)
 
 BAR, SEEDS, BATCH = 0.10, 48, 1
 SIZE = {"d_model": 128, "n_heads": 4, "n_layers": 48, "max_seq_len": 64, "vocab_size": 256}
@@ -52,6 +60,22 @@ def test_tables_match_exact_functionals(L: int, causal: bool) -> None:
             assert rows[k][i] == pytest.approx(ex_r[k], rel=1e-3), k
         for k in PAIR_KEYS:
             assert pairs[k][i] == pytest.approx(ex_p[k], rel=1e-3, abs=1e-3 * k2_scale if k == "K2" else 0), k
+
+
+def test_per_row_profiles_read_each_row_at_its_own_logit_scale() -> None:
+    """`profiles_by_row`: row i of a causal table read at its own β_i² equals the exact F2 and B of a row with
+    i + 1 keys at β_i² (`exact_profiles` with one β² per row) to 1e-3 relative, and at a β² shared by every row
+    equals `profiles`."""
+    L, rng = 16, np.random.default_rng(1)
+    table = functional_table(L, True)
+    beta2 = rng.uniform(0, BETA_MAX, (3, L)) ** 2
+    by_row = table.profiles_by_row(beta2)
+    for p in range(3):
+        exact = exact_profiles(beta2[p], L)
+        assert np.allclose(by_row[p, :, 1:], exact[:, 1:], rtol=1e-3, atol=1e-9)
+        assert np.allclose(by_row[p, 0], exact[0], rtol=1e-3, atol=1e-9)
+    shared = np.repeat(beta2[:, :1], L, axis=1)
+    assert np.allclose(table.profiles_by_row(shared), table.profiles(beta2[:, 0]), rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("kw, m", [

@@ -138,7 +138,7 @@ def _backward(stack: Stack, chain: list[Component], m_in: Moments, g_out: Moment
     """The forward and backward trace of a causal ``stack``'s chain from ``m_in`` and ``g_out``: per position
     (`causal`; forward per pair of positions where `pairs_cover` accepts the chain), except for a Post-LN stack
     whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps (`trace_bwd`)."""
-    if stack.placement != "post" and pairs_cover(chain, L):
+    if pairs_cover(chain, L):
         return position_trace(chain, [m_in], g_out, L)
     states = serial(*chain).trace(m_in)
     if stack.placement != "post" or max(m.corr for m in states) >= COLLAPSED_CORR:

@@ -90,9 +90,8 @@ from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
-from .softmax import row_functionals
 from .state import Component, Moments, ratio, replace
-from .tables import PROFILE_KEYS, FunctionalTable, functional_table, key_counts
+from .tables import FunctionalTable, exact_profiles, functional_table, key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
 PAIR_NODES = 3          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
@@ -114,19 +113,24 @@ def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=4096)
-def row_profiles(att: Attention, m: Moments) -> tuple[np.ndarray, np.ndarray]:
+def row_profiles(att: Attention, m: Moments, spread: tuple[float, ...] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``,
-    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`). Cached for every attention
-    sublayer of a deep stack: the forward pass (`row_vars`) reads them bottom-up, the backward top-down."""
+    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`). ``spread``: per row, its keys'
+    own variance over the input's (`row_spread`), which scales that row's logit variance β²; None: every row at
+    the input's. Cached for every attention sublayer of a deep stack: the forward pass (`row_vars`) reads them
+    bottom-up, the backward top-down."""
     st = att._setup(m)
     w, t = gamma_nodes(att.kappa(m), 6)
     beta2 = st.s2 * st.u2 * w
+    if spread is not None:
+        beta2 = np.outer(beta2, spread)                                              # (6, L): row i at its own
     L = int(att.L)
     if not att.exact and FunctionalTable.covers(float(beta2.max())):
-        prof = functional_table(L, True).profiles(beta2)                             # (6, 2, L)
+        table = functional_table(L, True)
+        prof = table.profiles(beta2) if spread is None else table.profiles_by_row(beta2)   # (6, 2, L)
     else:
-        n = key_counts(L, True)[0]
-        prof = np.array([[row_functionals(float(b), n)[k] for k in PROFILE_KEYS] for b in beta2])
+        prof = np.array([exact_profiles(b, L) for b in beta2])
     f2, b = t @ prof[:, 0], np.maximum(t @ prof[:, 1], 0.0)
     f2.flags.writeable = b.flags.writeable = False
     return f2, b
@@ -232,16 +236,26 @@ def _scalar(G: np.ndarray, m: Moments) -> Moments:
     return replace(m, grad_var=var, grad_corr=ratio(cov, var))
 
 
-def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def row_pair_excess(pairs: dict[str, float]) -> float:
+    """c with E[S_ij S_i'j] = (1 + c)/(n_i n_i') for two causal rows i ≠ i' and a key j both read: the pair
+    functional K1 = E Σ_j S_ij S_i'j (averaged over query pairs and the logit fluctuations, `Attention`'s
+    ``pairs``) over its value 1/max(n_i, n_i') for uniform rows; > 0, since two queries' logits on one key are
+    correlated (ρβ²: c ≈ e^{ρβ²} − 1)."""
+    return pairs["K1"] / pairs["inv_n2"] - 1.0
+
+
+def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
+               spread: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """G at the input of causal attention, and G_o M (G_o: the gradient at the mix's output, after the output
-    projection's backward; the V path's coherent part Mᵀ G_o M carries the factor ``coherent``)."""
+    projection's backward; the V path's coherent part Mᵀ G_o M carries the factor ``coherent``). ``spread``: the
+    rows' key spreads s_i (`row_spread`), which set each row's softmax profile and its Q and K paths' shares."""
     if not att.causal:
         raise NotImplementedError("the per-position backward is derived for causal attention only")
     st = att._setup(m)
     f = att.mix_fwd(st, m)
     G = G * (att.d * att.o_var)                                                      # output projection
     n = key_counts(len(G), True)[0]
-    f2, b = row_profiles(att, m)
+    f2, b = row_profiles(att, m, spread)
     gm = _times_u(G, n)                                                             # G M, M = U (standard)
     if att.shaped:                                                                  # M = γ₁I + (1 − γ₂)U
         gm = att.gamma1 * G + (1 - att.gamma2) * gm
@@ -255,16 +269,24 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0)
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows.flat[::len(G) + 1] = tail_on
     rows += mgm if coherent == 1.0 else coherent * mgm
+    cross = row_pair_excess(st.pairs)
+    if cross != 0.0:
+        ugu = _times_u(np.ascontiguousarray(_times_u(G, n).T), n).T if att.shaped else mgm      # Uᵀ G U
+        same = np.cumsum((gii / n ** 2)[::-1])[::-1][_later(len(G))]                          # Uᵀ diag(G) U
+        ugu = ugu - same
+        ugu *= coherent * cross
+        rows += ugu
     v_path = rows
     v_path *= att.d * att.v_var
     g = _scalar(G, f)
     (q_var, q_cov), (k_var, k_cov) = att.query_path(st, g), att.key_path(st, g, att.L)   # `mix_bwd_paths`' Q + K
     qk_var, qk_cov = q_var + k_var, q_cov + k_cov
-    sbar = float(np.mean(gii))
-    if qk_var <= 0 or sbar <= 0 or b.sum() <= 0:
+    sbar, bbar = float(np.mean(gii)), b if spread is None else row_profiles(att, m)[1]
+    if qk_var <= 0 or sbar <= 0 or bbar.sum() <= 0:
         return v_path, gm
-    w = len(G) * gii * b / (sbar * b.sum())                   # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
-    q_diag = (qk_var - k_var) * w + k_var * np.cumsum((w / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
+    w = len(G) * gii * b / (sbar * bbar.sum())                # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
+    wq, wk = (w, w) if spread is None else (w * np.square(spread), w * np.asarray(spread))     # Q ∝ s_i², K ∝ s_i
+    q_diag = (qk_var - k_var) * wq + k_var * np.cumsum((wk / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
     qk = np.outer(q, q)
     qk *= qk_cov
@@ -289,7 +311,7 @@ def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> 
     """Whether `pair_forward` traces this chain: an `Embedding`, then tokenwise maps and `Residual` sublayers
     whose branches hold only tokenwise maps and standard causal attention, over L ≥ 2 positions."""
     def covered(c: Component) -> bool:
-        if isinstance(c, Residual):
+        if isinstance(c, (Residual, PostNormResidual)):
             return all(isinstance(q, _TOKENWISE) or _standard_causal(q) for q in parts(c.branch))
         return isinstance(c, _TOKENWISE)
     return L >= 2 and len(components) > 0 and isinstance(components[0], Embedding) and all(
@@ -326,22 +348,49 @@ def value_mix(C: np.ndarray, f2: np.ndarray, p: float, scale: float = 1.0) -> np
     return out
 
 
-def _attention_pairs(att: Attention, m: Moments, C: np.ndarray, out: Moments) -> np.ndarray:
-    """C at the output of causal attention ``att`` (input ``m`` = C's means, exchangeable output ``out``):
-    a·P(C) plus the exchangeable map's shift from a·P(C̄) (module docstring). P(C̄) of the uniform C̄ in closed
-    form: diagonal F2_i σ²/(1 − p) + (1 − F2_i) rσ² (n_i > 1), off-diagonal rσ² + (1 − r)σ²/max(n_i, n_i'),
-    whose mean over the pairs is rσ² + (1 − r)σ² (L − H_L)/C(L, 2)."""
+SPREAD_TOLERANCE = 1e-9     # key spreads all within it of 1: the rows read the input's logit variance
+
+
+def row_spread(C: np.ndarray) -> tuple[float, ...] | None:
+    """Per causal row i, s_i = (v_i − c_i)/(v̄ − c̄): the own variance of its keys 0..i (v_i their mean variance,
+    c_i the mean covariance of their pairs) over the whole input's (C's means), so row i's logits q_i·k_j spread
+    over its keys with variance s_i β² (module docstring); row 0 (one key) 1. None when every s_i is 1 (a uniform
+    C) or the input has no spread of its own (v̄ = c̄). O(L²): the prefix's pair sum Σ_{k, k' ≤ i} C_kk' grows
+    by C_ii plus twice the column above the diagonal."""
     L = len(C)
     n = np.arange(1.0, L + 1)
+    diag = np.diagonal(C)
+    own = np.cumsum(diag)
+    block = np.cumsum(2 * np.triu(C, 1).sum(0) + diag)
+    var, cov = _position_means(C)
+    if var - cov <= SPREAD_TOLERANCE * var:
+        return None
+    s = (own / n - (block - own) / np.maximum(n * (n - 1), 1)) / (var - cov)
+    s[0] = 1.0
+    if np.max(np.abs(s - 1)) <= SPREAD_TOLERANCE:
+        return None
+    return tuple(np.maximum(s, 0.0).tolist())
+
+
+def _attention_pairs(att: Attention, m: Moments, C: np.ndarray, out: Moments
+                     ) -> tuple[np.ndarray, tuple[float, ...] | None]:
+    """C at the output of causal attention ``att`` (input ``m`` = C's means, exchangeable output ``out``):
+    a·P(C) with each row's F2 at its key spread (`row_spread`) plus the exchangeable map's shift from a·P(C̄)
+    (module docstring); and that spread. P(C̄) of the uniform C̄ in closed form: diagonal F2_i σ²/(1 − p) +
+    (1 − F2_i) rσ² (n_i > 1), off-diagonal rσ² + (1 − r)σ²/max(n_i, n_i'), whose mean over the pairs is
+    rσ² + (1 − r)σ² (L − H_L)/C(L, 2)."""
+    L = len(C)
+    n = np.arange(1.0, L + 1)
+    spread = row_spread(C)
     f2 = row_profiles(att, m)[0]
     a = att.d * att.v_var * att.d * att.o_var
     base_diag = a * (f2 * m.var / (1 - att.p) + np.where(n > 1, (1 - f2) * m.cov, 0.0))
     base_off = a * (m.cov + (m.var - m.cov) * float(np.sum((n - 1) / n)) / (L * (L - 1) / 2))
-    mixed = value_mix(C, f2, att.p, a)
+    mixed = value_mix(C, f2 if spread is None else row_profiles(att, m, spread)[0], att.p, a)
     shift = out.cov - base_off
     mixed += shift
     mixed.flat[::L + 1] += row_vars(att, m, out.var) - base_diag - shift
-    return mixed
+    return mixed, spread
 
 
 _CHEB = np.polynomial.chebyshev.chebpts1(PAIR_NODES)
@@ -399,17 +448,21 @@ def _tokenwise_pairs(run: tuple[Component, ...], m: Moments, C: np.ndarray, v_ou
     return mapped
 
 
-def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """C at the output of a residual branch from C at its input, and the per-position variances at the input of
-    each of its maps, then at its output (what `position_bwd` reads as ``inner``). Each map is evaluated on the
-    branch's exchangeable trace from ``m`` (C's means at the branch input), as the backward evaluates it."""
+Spreads = list  # per map of a branch: its rows' key spreads (`row_spread`) for a causal attention, else None
+
+
+def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], Spreads]:
+    """C at the output of a residual branch from C at its input, the per-position variances at the input of
+    each of its maps, then at its output (what `position_bwd` reads as ``inner``), and each map's key spreads
+    (``spreads``). Each map is evaluated on the branch's exchangeable trace from ``m`` (C's means at the branch
+    input), as the backward evaluates it."""
     maps = parts(branch)
     states = branch.trace(m) if isinstance(branch, Serial) else [m, branch.fwd(m)]
-    within = [np.diagonal(C).copy()]
+    within, spreads = [np.diagonal(C).copy()], [None] * len(maps)
     i = 0
     while i < len(maps):
         if _standard_causal(maps[i]):
-            C = _attention_pairs(maps[i], states[i], C, states[i + 1])
+            C, spreads[i] = _attention_pairs(maps[i], states[i], C, states[i + 1])
             within.append(np.diagonal(C).copy())
             i += 1
         elif isinstance(maps[i], Dropout) and maps[i].p == 0:            # the identity
@@ -423,25 +476,48 @@ def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndar
             C = _tokenwise_pairs(maps[i:j], states[i], C, per[-1])
             within += per
             i = j
-    return C, within
+    return C, within, spreads
 
 
-def pair_forward(components: list[Component], m_in: Moments, L: int
-                 ) -> tuple[list[Moments], list[np.ndarray], list[list[np.ndarray] | None]]:
+def _postnorm_pairs(c: PostNormResidual, C: np.ndarray, B: np.ndarray, out: Moments) -> np.ndarray:
+    """C at the output of the Post-LN sublayer ``c`` from C and the branch's B at its input: the sum α²C + β²B
+    (the branch is uncorrelated with its input at init) normalized per position, plus the exchangeable map's
+    O(1/d) shift of the correlation (``out``: its output), so a uniform C gives that map back."""
+    Z = c.alpha ** 2 * C + c.beta ** 2 * B
+    inv_sd = 1 / np.sqrt(np.diagonal(Z))
+    Z *= inv_sd[:, None]
+    Z *= inv_sd
+    L = len(Z)
+    Z += out.corr - (float(Z.sum()) - float(np.trace(Z))) / (L * (L - 1))
+    Z.flat[::L + 1] = 1.0
+    Z *= out.var
+    return Z
+
+
+Forward = tuple[list[Moments], list[np.ndarray], list[list[np.ndarray] | None], list[Spreads | None]]
+
+
+def pair_forward(components: list[Component], m_in: Moments, L: int) -> Forward:
     """The forward trace of a chain `pairs_cover` accepts, with one covariance per pair of positions (module
     docstring): (states: the input, then each component's output, with C's means; the per-position variances at
-    each component's input, then at the output; for each residual, those inside its branch, else None)."""
+    each component's input, then at the output; for each residual or Post-LN sublayer, those inside its branch,
+    else None; and its branch maps' key spreads, else None)."""
     m, C = m_in, None
-    states, per, inner = [m_in], [np.full(L, m_in.var)], []
+    states, per, inner, spreads = [m_in], [np.full(L, m_in.var)], [], []
     for c in components:
-        within = None
+        within = spread = None
         if C is None:                                               # the embedding: exchangeable tokens
             out = c.fwd(m)
             C = _uniform(out, L)
         elif isinstance(c, Residual):
-            B, within = _branch_pairs(c.branch, m, C)
+            B, within, spread = _branch_pairs(c.branch, m, C)
             C = c.alpha ** 2 * C + c.beta ** 2 * B
             out = _summary(C, c.fwd(m))                             # the branch trace is cached
+        elif isinstance(c, PostNormResidual):
+            B, within, spread = _branch_pairs(c.branch, m, C)
+            out = c.fwd(m)
+            C = _postnorm_pairs(c, C, B, out)
+            out = _summary(C, out)
         else:
             out = c.fwd(m)
             C = _tokenwise_pairs((c,), m, C, position_fwd(c, m, per[-1], out))
@@ -449,36 +525,44 @@ def pair_forward(components: list[Component], m_in: Moments, L: int
         states.append(out)
         per.append(np.diagonal(C).copy())
         inner.append(within)
+        spreads.append(spread)
         m = out
-    return states, per, inner
+    return states, per, inner, spreads
 
 
-def _postnorm(c: PostNormResidual, m: Moments, f: Moments) -> tuple[np.ndarray | float, np.ndarray | float]:
+def _postnorm(c: PostNormResidual, m: Moments, f: Moments, rows: np.ndarray | None = None
+              ) -> tuple[np.ndarray | float, np.ndarray | float]:
     """The norm's diagonal and off-diagonal gradient factors (module docstring): per position after an
-    attention branch, scalars after a tokenwise one; ``f``: the branch output."""
+    attention branch, scalars after a tokenwise one; ``f``: the branch output; ``rows``: its per-position
+    variances where the forward traced them (`pair_forward`), else those of `row_vars`."""
     att = parts(c.branch)[0]
-    fvar = row_vars(att, m, f.var) if isinstance(att, Attention) else f.var
+    if rows is not None and np.ptp(rows) > 0:
+        fvar = rows
+    else:
+        fvar = row_vars(att, m, f.var) if isinstance(att, Attention) and rows is None else f.var
     on, off = c.grad_gains(m, fvar, f.corr)
     return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
 
 
-def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray, inner: list[np.ndarray] | None = None,
+                  spreads: Spreads | None = None) -> tuple[np.ndarray, np.ndarray]:
     """G at the input of the Post-LN sublayer ``c``, and the diagonal of its branch part β²·branch(G_z), the
     part that is not mean-free (`position_trace` sets the next sublayer's S from it). After an attention
     branch the coherent value path carries the radial constraint (module docstring): its Mᵀ G_z M part
-    × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ)."""
+    × (1 − δ_V/(k − 1)), and the residual–value cross term −αβκ(G_z M + (G_z M)ᵀ). ``inner``, ``spreads``: the
+    branch's per-position variances and key spreads where the forward traced them per pair (`pair_forward`)."""
     maps = parts(c.branch)
     states = serial(*maps).trace(m_in)
-    Gz = _gains(G, *_postnorm(c, m_in, states[-1]))
+    Gz = _gains(G, *_postnorm(c, m_in, states[-1], None if inner is None else inner[-1]))
     if (att := coherent_attention(c.branch)) is not None:
         eps_v, kappa = c.coherent_radial(att)
-        branch, gm = _attention(att, m_in, Gz, 1 - eps_v)
+        branch, gm = _attention(att, m_in, Gz, 1 - eps_v, None if spreads is None else spreads[maps.index(att)])
         out = gm + gm.T
         out *= -c.alpha * c.beta * kappa / (att.d * att.o_var)                 # −αβκ(G_z M + (G_z M)ᵀ)
         out += c.alpha ** 2 * Gz
         out += c.beta ** 2 * branch
         return out, c.beta ** 2 * np.diag(branch)
-    branch = _serial_bwd(maps, states, Gz)
+    branch = _serial_bwd(maps, states, Gz, spreads=spreads)
     out = c.alpha ** 2 * Gz + c.beta ** 2 * branch
     if (eta := homogeneous_kurtosis(c.branch)) is not None:
         out = _gains(out, *c.radial_factor(m_in, states[-1].var, states[-1].corr, eta))
@@ -486,19 +570,26 @@ def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray) -> tuple[np
 
 
 def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.ndarray,
-                v: np.ndarray | None = None, inner: list[np.ndarray] | None = None) -> np.ndarray:
+                v: np.ndarray | None = None, inner: list[np.ndarray] | None = None,
+                spreads: Spreads | None = None) -> np.ndarray:
     """G back through ``components`` given their forward ``states`` (input, then each output) and, with
-    ``v``, the per-position input variances (``inner``: those at each component, `_serial_inputs`, if known).
-    The factors of consecutive tokenwise maps multiply, so a run of them touches G once."""
+    ``v``, the per-position input variances (``inner``: those at each component, `_serial_inputs`, if known;
+    ``spreads``: each causal attention's key spreads, `row_spread`). The factors of consecutive tokenwise maps
+    multiply, so a run of them touches G once."""
     per: list[np.ndarray | None] = [None] * len(components)
     if inner is not None:
         per = inner
     elif v is not None:
         per = _serial_inputs(components[:-1], states, v)
+    spreads = spreads or [None] * len(components)
     on: np.ndarray | float = 1.0
     off: np.ndarray | float = 1.0
-    for comp, m, p in zip(reversed(components), reversed(states[:-1]), reversed(per[:len(components)])):
-        if isinstance(comp, (Serial, Residual, PostNormResidual, Attention)):
+    for comp, m, p, spread in zip(reversed(components), reversed(states[:-1]), reversed(per[:len(components)]),
+                                  reversed(spreads)):
+        if isinstance(comp, Attention):
+            G = _attention(comp, m, G if _unit(on, off) else _gains(G, on, off), spread=spread)[0]
+            on = off = 1.0
+        elif isinstance(comp, (Serial, Residual, PostNormResidual)):
             G = position_bwd(comp, m, G if _unit(on, off) else _gains(G, on, off), p)
             on = off = 1.0
         else:
@@ -524,25 +615,25 @@ def _unit(on: np.ndarray | float, off: np.ndarray | float) -> bool:
 
 
 def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | None = None,
-                 inner: list[np.ndarray] | None = None) -> np.ndarray:
+                 inner: list[np.ndarray] | None = None, spreads: Spreads | None = None) -> np.ndarray:
     """The gradient covariance over positions at the input of ``c`` (forward input ``m_in``; with ``v``, the
-    per-position input variances that tokenwise gains read; ``inner``: `_residual_inputs` of a residual ``c``),
-    given G at its output."""
+    per-position input variances that tokenwise gains read; ``inner``: `_residual_inputs` of a residual ``c``;
+    ``spreads``: the key spreads of its (branch's) maps, from `pair_forward`), given G at its output."""
     if isinstance(c, Serial):
-        return _serial_bwd(c.components, c.trace(m_in), G, v, inner)
+        return _serial_bwd(c.components, c.trace(m_in), G, v, inner, spreads)
     if isinstance(c, Residual):
-        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v, inner)
+        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v, inner, spreads)
     if isinstance(c, PostNormResidual):
-        return _postnorm_bwd(c, m_in, G)[0]
+        return _postnorm_bwd(c, m_in, G, inner, spreads)[0]
     if isinstance(c, Attention):
-        return _attention(c, m_in, G)[0]
+        return _attention(c, m_in, G, spread=spreads[0] if spreads else None)[0]
     return _gains(G, *_position_gains(c, m_in, v))
 
 
-def position_forward(components: list[Component], states: list[Moments], L: int, pairs: bool = True
-                     ) -> tuple[list[Moments], list[np.ndarray], list[list[np.ndarray] | None]]:
+def position_forward(components: list[Component], states: list[Moments], L: int, pairs: bool = True) -> Forward:
     """The forward that `position_trace`'s backward reads: (states, the per-position variances at each component's
-    input then at the output, those inside each residual's branch or None). With ``pairs``, a chain `pairs_cover`
+    input then at the output, those inside each residual's branch or None, and its branch maps' key spreads or
+    None, as `pair_forward`). With ``pairs``, a chain `pairs_cover`
     accepts is traced per pair of positions from ``states[0]`` (`pair_forward`); any other chain, or
     ``pairs=False``, keeps the exchangeable ``states`` (the input, then each component's output) and takes the
     per-position variances of `position_fwd`."""
@@ -552,7 +643,7 @@ def position_forward(components: list[Component], states: list[Moments], L: int,
     for c, m, m_out in zip(components, states, states[1:]):
         inner.append(_residual_inputs(c, m, per[-1]))
         per.append(position_fwd(c, m, per[-1], m_out, inner[-1]))
-    return list(states), per, inner
+    return list(states), per, inner, [None] * len(components)
 
 
 def position_trace(components: list[Component], states: list[Moments], g_out: Moments, L: int,
@@ -567,16 +658,17 @@ def position_trace(components: list[Component], states: list[Moments], g_out: Mo
     ``states`` and the per-position variances of `position_fwd`."""
     G = g_out.grad_var * ((1 - g_out.grad_corr) * np.eye(L) + g_out.grad_corr)
     align: np.ndarray | None = None
-    states, per, inner = position_forward(components, states, L, pairs)
+    states, per, inner, spreads = position_forward(components, states, L, pairs)
     out = [_scalar(G, states[-1])]
-    for c, m, p, within in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1]), reversed(inner)):
+    for c, m, p, within, spread in zip(reversed(components), reversed(states[:-1]), reversed(per[:-1]),
+                                       reversed(inner), reversed(spreads)):
         if isinstance(c, PostNormResidual):
             if align is not None and c.centered:
                 c = dataclasses.replace(c, upstream_align=align)
-            G, branch = _postnorm_bwd(c, m, G)
+            G, branch = _postnorm_bwd(c, m, G, within, spread)
             total = np.diag(G)
             align = np.divide(branch, total, out=np.zeros_like(total), where=total > 0)  # deep late positions underflow
         else:
-            G, align = position_bwd(c, m, G, p, within), None
+            G, align = position_bwd(c, m, G, p, within, spread), None
         out.append(_scalar(G, m))
     return out[::-1]

@@ -49,10 +49,15 @@ def exact_rows(beta2: float, L: int, causal: bool) -> dict[str, float]:
     return {k: float(np.mean(f[k])) for k in ROW_KEYS}
 
 
-def exact_profiles(beta2: float, L: int) -> np.ndarray:
-    """(len(PROFILE_KEYS), L): F2 and B of a causal row with n = 1..L keys at logit variance ``beta2``."""
-    f = row_functionals(beta2, key_counts(L, True)[0])
-    return np.stack([f[k] for k in PROFILE_KEYS])
+def exact_profiles(beta2: float | np.ndarray, L: int) -> np.ndarray:
+    """(len(PROFILE_KEYS), L): F2 and B of a causal row with n = 1..L keys at logit variance ``beta2`` (one, or
+    one per row)."""
+    n = key_counts(L, True)[0]
+    if not np.ndim(beta2):
+        f = row_functionals(float(beta2), n)
+        return np.stack([f[k] for k in PROFILE_KEYS])
+    rows = [row_functionals(float(b), n[i:i + 1]) for i, b in enumerate(beta2)]
+    return np.array([[f[k][0] for f in rows] for k in PROFILE_KEYS])
 
 
 def exact_pairs(beta2: float, rho: float | np.ndarray, L: int, causal: bool) -> dict[str, float | np.ndarray]:
@@ -115,6 +120,15 @@ class RowTable:
             raise ValueError("per-row profiles are tabulated for causal tables only")
         return np.einsum("pb,bkl->pkl", _vander(2 * np.sqrt(beta2) / BETA_MAX - 1, ROW_NODES), self.profile_coef)
 
+    def profiles_by_row(self, beta2: np.ndarray) -> np.ndarray:
+        """(P, len(PROFILE_KEYS), L): per-row F2 and B of a causal table with row i (n = i + 1 keys) read at its
+        own logit variance ``beta2[p, i]`` ((P, L), all <= β_max²)."""
+        if self.profile_coef is None:
+            raise ValueError("per-row profiles are tabulated for causal tables only")
+        p, L = beta2.shape
+        vander = _vander((2 * np.sqrt(beta2) / BETA_MAX - 1).ravel(), ROW_NODES).reshape(p, L, ROW_NODES)
+        return np.einsum("plb,bkl->pkl", vander, self.profile_coef)
+
 
 @lru_cache(maxsize=16)
 def row_table(L: int, causal: bool) -> RowTable:
@@ -146,6 +160,10 @@ class FunctionalTable:
     def profiles(self, beta2: np.ndarray) -> np.ndarray:
         """(len(beta2), len(PROFILE_KEYS), L): per-row F2 and B of a causal table (n = 1..L keys)."""
         return self.row_table.profiles(beta2)
+
+    def profiles_by_row(self, beta2: np.ndarray) -> np.ndarray:
+        """`RowTable.profiles_by_row`: row i read at its own logit variance ``beta2[:, i]``."""
+        return self.row_table.profiles_by_row(beta2)
 
     def pairs(self, beta2: np.ndarray, rho: np.ndarray) -> dict[str, np.ndarray]:
         """P_k at each (beta2, rho) entry."""
