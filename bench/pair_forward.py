@@ -1,6 +1,6 @@
 """`predict` on causal decoders with the forward traced per pair of positions, and without, against measurement.
 
-    OMP_NUM_THREADS=1 python bench/pair_forward.py                  # every size, ~6 min
+    OMP_NUM_THREADS=1 python bench/pair_forward.py                  # every size, ~7 min
     OMP_NUM_THREADS=1 python bench/pair_forward.py --size knob      # width 64/128, 3 blocks, 16 tokens only
 
 Causal rows give early positions more alike than late ones, so the next attention's row i averages a prefix
@@ -35,9 +35,11 @@ LENGTH = dict(KNOB, max_seq_len=32, scheme="dslm", activation="gelu")
 SIZES = {                                                           # (base, change, tokens measured; None: max_seq_len)
     "knob": [(KNOB, dict(scheme="vanilla"), None), (KNOB, dict(scheme="preln"), None),
              (KNOB, dict(scheme="preln", d_model=128), None), (KNOB, dict(scheme="gpt2"), None),
-             (KNOB, dict(scheme="dslm"), None)],
+             (KNOB, dict(scheme="dslm"), None), (KNOB, dict(scheme="postln"), None),
+             (KNOB, dict(scheme="dslm", norm_placement="post"), None), (KNOB, dict(scheme="admin"), None)],
     "deep": [(DEEP, dict(scheme="preln"), None), (DEEP, dict(scheme="dslm", norm_placement="pre"), None),
-             (DEEP, dict(scheme="gpt2"), None)],
+             (DEEP, dict(scheme="gpt2"), None), (DEEP, dict(scheme="postln"), None),
+             (DEEP, dict(scheme="dslm", norm_placement="post"), None)],
     "length": [(LENGTH, {}, 32), (LENGTH, dict(max_seq_len=64), 32)],
 }
 NETWORKS = {"knob": (128, 4), "deep": (96, 1), "length": (64, 8)}    # networks, sequences per batch
@@ -101,7 +103,8 @@ def main() -> None:
                 pred, per = predicted(cfg, L, pairs)
                 fwd, grad, corr = errors(pred, data)
                 cells.append(f"{fwd:.1%} / {grad:.1%} / {corr:.3f} / {np.abs(per / positions.mean(0) - 1).max():.1%}")
-            name = f"{cfg.scheme} d{cfg.d_model} {cfg.n_layers} layers, made for {cfg.max_seq_len}"
+            scheme = f"{cfg.scheme} {cfg.norm_placement}" if cfg.scheme == "dslm" else cfg.scheme
+            name = f"{scheme} d{cfg.d_model} {cfg.n_layers} layers, made for {cfg.max_seq_len}"
             print(f"| {name} | {L} | {networks} | {cells[0]} | {cells[1]} | {se[0]:.1%} / {se[1]:.1%} |", flush=True)
 
 

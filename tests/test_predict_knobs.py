@@ -71,7 +71,7 @@ GAPS = {
                     "E[1/|u|²] exceeds the Gaussian-feature value the LayerNorm map takes by 1.6–7.8 % on a causal "
                     "stream at width 64 (softmax-weight and W_v W_o fluctuations of the attention output's norm, "
                     "measured per position), which the norm map does not carry",
-    "arch-1": "encoder–decoder: gradient 9.0 % (median), the encoder's gradient, fed by the cross sublayers' "
+    "arch-1": "encoder–decoder: gradient 8.6 % (median), the encoder's gradient, fed by the cross sublayers' "
               "memory gradient, 10–25 % low at every encoder layer: the memory gradient 3 % low, the encoder's final "
               "norm 4 % (the memory gradient's size covaries with the token's 1/σ², which the maps take as "
               "independent), the bottom blocks as in the encoder alone (bench/encdec_gradient.py, docs/moments.md)",

@@ -33,11 +33,11 @@ Accuracy against `sigprop.diagnostics.measure`: docs/moments.md and tests/test_p
 different numbers of keys, so a causal stack's positions carry different variances and gradients, which the
 exchangeable-token maps average away: causal stacks are traced backward per position (`causal`: per-position
 variances, the gradient the V and K paths pile on the early keys, the first-token gradient of a collapsed
-Post-LN decoder), except a Post-LN stack short of collapse (token correlation < COLLAPSED_CORR), whose
-norms leave every position alike and which keeps the exchangeable maps. A Pre-LN or norm-free causal stack is
-also traced forward with one token covariance per pair of positions (`causal.pair_forward`: early positions
-are more alike than late ones, so each row's prefix is more correlated than the stack's mean), and its records
-carry that forward's means.
+Post-LN decoder) and forward with one token covariance per pair of positions (`causal.pair_forward`: early
+positions are more alike than late ones, so each row's prefix is more correlated than the stack's mean and its
+logits spread less), and their records carry that forward's means. A causal stack the forward per pair does not
+cover (shaped attention) keeps the exchangeable forward; as a Post-LN stack short of collapse (token
+correlation < COLLAPSED_CORR) it keeps the exchangeable backward too.
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Rec
 def _backward(stack: Stack, chain: list[Component], m_in: Moments, g_out: Moments, L: int) -> list[Moments]:
     """The forward and backward trace of a causal ``stack``'s chain from ``m_in`` and ``g_out``: per position
     (`causal`; forward per pair of positions where `pairs_cover` accepts the chain), except for a Post-LN stack
-    whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps (`trace_bwd`)."""
+    outside it whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps
+    (`trace_bwd`)."""
     if pairs_cover(chain, L):
         return position_trace(chain, [m_in], g_out, L)
     states = serial(*chain).trace(m_in)
@@ -171,10 +172,10 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     """Predicted records (layer 0 = embedding output, then one per sublayer) for a sigprop model, or for the
     model a `ModelConfig` builds (on the meta device), in the schema of `sigprop.diagnostics.measure`;
     arguments as `model_chain`. The model is read as it is: its init stds, residual weights, shaping values
-    and train/eval mode (dropout). A causal stack is traced backward with one gradient covariance per pair
-    of positions and one forward variance per position (`causal`), except a Post-LN one whose forward token
-    correlation stays below COLLAPSED_CORR, and a Pre-LN or norm-free one forward with one token covariance per
-    pair of positions; bidirectional stacks with the exchangeable maps. An ``encdec``
+    and train/eval mode (dropout). A causal stack is traced forward with one token covariance per pair of
+    positions and backward with one gradient covariance per pair (`causal`; one without the forward per pair,
+    shaped attention, forward with the exchangeable maps, and, as a Post-LN stack whose token correlation stays
+    below COLLAPSED_CORR, backward with them too); bidirectional stacks with the exchangeable maps. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
     `measure` orders them. Raises NotImplementedError for a module or option without an exact map.
 
@@ -187,11 +188,11 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
         per process builds from the exact quadrature: 20 row nodes over the L key counts and 10 × 10 pair nodes
         over the causal query pairs (their O(L²) key counts histogrammed once, then a Horner recursion over the
         L first counts);
-      * a causal stack's per-position backward (every causal stack but a Post-LN one short of collapse):
-        O(N·L²), one L × L gradient covariance per sublayer;
-      * a Pre-LN or norm-free causal stack's forward per pair of positions: O(N·L²), one L × L token
-        covariance per sublayer (two prefix sums per attention, and per run of tokenwise maps its correlation map
-        evaluated at 3 nodes and applied to every pair as the quadratic through them);
+      * a causal stack's per-position backward: O(N·L²), one L × L gradient covariance per sublayer;
+      * a causal stack's forward per pair of positions: O(N·L²), one L × L token covariance per sublayer (per
+        attention three prefix sums and its rows' softmax profiles at their own key spreads, 6 × L Chebyshev
+        evaluations; per run of tokenwise maps its correlation map evaluated at 3 nodes and applied to every pair
+        as the quadratic through them; per Post-LN sublayer the normalization of every pair);
       * DSLM's init rule (`sigprop.schemes.dslm`, cached per config, paid by `build_model` as well): the Monte
         Carlo token-Gram recursion at the config's T tokens, sampled at every k-th block (k = ⌊0.01/β²⌋ with
         β² = 1/N: every block up to 192 blocks, every 10th at 1000), R = 2048 query rows per sample in

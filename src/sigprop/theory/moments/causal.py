@@ -22,14 +22,33 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
       G' = d σ_v² (Mᵀ G M + Σ_i G_ii D_i),   M = γ₁I + (1 − γ₂)U,  U_ij = 1[j ≤ i]/n_i,
       (D_i)_jk = 1[j, k ≤ i] (F2_i/(n_i(1−p)) − 1/n_i²)              for j = k,
                = 1[j, k ≤ i] ((1 − F2_i)/(n_i(n_i − 1)) − 1/n_i²)     for j ≠ k.
-  Exact for uniform rows (F2 = 1/n: the rank-collapsed regime, logit scale β² ∝ 1 − r → 0);
-  the cross-row logit correlation (K1 − 1/(n n')) is dropped.
+  Exact for uniform rows (F2 = 1/n: the rank-collapsed regime, logit scale β² ∝ 1 − r → 0).
+  Rows are not independent: two queries' logits on a key they both read have covariance ρβ² (ρ the
+  queries' correlation), so E[S_ij S_i'j] = (1 + c)/(n_i n_i') for i ≠ i', j ≤ min(i, i'), with c =
+  `row_pair_excess` = K1/K1_uniform − 1 (K1 = E Σ_j S_ij S_i'j, the pair functional `Attention` averages over
+  query pairs, against 1/max(n_i, n_i') for uniform rows; c ≈ e^{ρβ²} − 1, taken alike for every pair).
+  The dropout masks of two rows are independent, so the V path gains c·Uᵀ G_off U, G_off = G without its
+  diagonal: nothing for independent upstream gradients, and for correlated ones the gradient the early keys
+  collect from every later row (a Pre-LN sublayer at r = 0.3 under upstream gradients correlated 0.8: 5 %
+  low on average without it, within 1.1 % with it; tests/test_moments_causal.py).
 * Attention, Q and K paths: the exchangeable map's totals (`Attention.query_path`, `key_path`) at
   the position-averaged gradient, given to the rows in proportion to w_i ∝ G_ii B(n_i) (query i's
   softmax Jacobian Q_S vanishes when it sees one key, B(1) = 0, so a gradient held by the first
   token has no Q/K path). Row i's Q path lands on query i; its K path g^K_j = Σ_i dY_ij u_i lands
   on the n_i keys it reads, evenly (they are exchangeable within the row): key j gets
   Σ_{i ≥ j} w_i/n_i of it. A position-independent gradient recovers the exchangeable totals.
+* Key spread per row (`row_spread`, from the forward per pair below). Row i's logits q_i·k_j vary over its
+  keys j ≤ i only through the keys' own parts: with the keys' covariance C over positions, their variance
+  about the row's common part is s_i = v_i − c_i (v_i the keys' mean variance, c_i the mean covariance of
+  their pairs), against s̄ = v̄ − c̄ of the whole input, which the exchangeable map reads (its s² = (1 − r)σ²).
+  Causal averaging leaves early positions more alike, so the early rows' keys spread less (at the third
+  block of a 3-block Pre-LN decoder s_i/s̄ = 0.6, 0.7, 0.77, … for rows 2, 3, 4, …, measured and predicted
+  within 0.03). Row i is then read at its own logit variance (s_i/s̄)β̄²: its F2 and B profiles, so its
+  softmax and its V path; its Q path ∝ s_i² B_i (the query gradient Σ_l dY_il x_l carries the keys'
+  spread once through dY_il ∝ g_i·(V_l − V̄), λ ∝ s_i, and once through x_l) and its K path ∝ s_i B_i (once,
+  through λ), both against the exchangeable totals at s̄ (so a uniform C, every s_i = s̄, gives them back).
+  Against Monte Carlo of a Pre-LN and a Post-LN sublayer on such a covariance (tests/test_moments_causal.py):
+  every position within 2.6 %; every row at s̄ puts the second position 8 % high.
 * Forward variance per position (`position_fwd`): causal rows mix different numbers of keys, so a
   causal stack's positions carry different variances (row i's attention output f̄ (m₂ + s²F2_i)/
   (m₂ + s²F̄2)); a residual adds them per position. Tokenwise backward factors are then taken per
@@ -56,16 +75,20 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   (`position_fwd`); reading the map at the mean variance is exact for homogeneous maps (linear, ReLU) and for norms.
   A residual adds C's. The records and every exchangeable map downstream then read C's means (variance: the mean
   diagonal; correlation: the mean off-diagonal over it), and the backward the per-position variances on C's
-  diagonal. Covered (`pairs_cover`): an embedding, then tokenwise maps and residual sublayers whose branches hold
-  tokenwise maps and standard causal attention; any other chain (Post-LN, shaped attention, RoPE, cross-attention)
+  diagonal and each causal row's key spread (`row_spread`). A Post-LN sublayer y = N(αx + βf) adds α²C + β²B
+  (B the branch's C, uncorrelated with its input at init), normalizes each position (entry (j, k) over
+  √(Z_jj Z_kk)) and shifts every correlation by the exchangeable map's O(1/d) correction (so a uniform C gives
+  `PostNormResidual.fwd` back); its norm's backward then reads each row's branch variance from B's diagonal.
+  Covered (`pairs_cover`): an embedding, then tokenwise maps and residual or Post-LN sublayers whose branches
+  hold tokenwise maps and standard causal attention; any other chain (shaped attention, RoPE, cross-attention)
   keeps the per-position variances of `position_fwd`.
   Monte Carlo: tests/test_moments_causal.py (the mixing P against sampled causal rows; a norm-free stack per
-  position), the knob test of `predict` (tests/test_predict_knobs.py) and bench/pair_forward.py (Pre-LN, DSLM,
-  GPT-2-style and norm-free decoders, per pair against per position alone).
+  position), the knob test of `predict` (tests/test_predict_knobs.py) and bench/pair_forward.py (Pre-LN, Post-LN,
+  DSLM, Admin, GPT-2-style and norm-free decoders, per pair against per position alone).
 * Post-LN sublayer y = N(α x + β f(x)): `PostNormResidual`'s per-token factors (1 + v)(1 − S/d)/EK
   (diagonal) and (1 + ¾v + ¼c₂)(1 − S(1 − ρ²/2)/d)/EK (off-diagonal, geometric mean of the two
-  tokens'), with the attention branch variance of row i, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path
-  forward of a row with n_i keys; f̄, F̄2 the row averages).
+  tokens'), with the attention branch variance of row i: B_ii of the forward per pair where it ran, else
+  f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2) (V-path forward of a row with n_i keys; f̄, F̄2 the row averages).
   The radial constraint (`postnorm` module docstring): after a homogeneous FFN branch both factors of
   `PostNormResidual.radial_factor`; after an attention branch the coherent value path's matrices, Mᵀ G_z M
   × (1 − δ_V/(k − 1)) and −αβκ(G_z M + (G_z M)ᵀ), which on the first token (M₀₀ = 1) are its exact
@@ -308,8 +331,9 @@ def _standard_causal(c: Component) -> bool:
 
 
 def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> bool:
-    """Whether `pair_forward` traces this chain: an `Embedding`, then tokenwise maps and `Residual` sublayers
-    whose branches hold only tokenwise maps and standard causal attention, over L ≥ 2 positions."""
+    """Whether `pair_forward` traces this chain: an `Embedding`, then tokenwise maps and `Residual` or
+    `PostNormResidual` sublayers whose branches hold only tokenwise maps and standard causal attention, over L ≥ 2
+    positions."""
     def covered(c: Component) -> bool:
         if isinstance(c, (Residual, PostNormResidual)):
             return all(isinstance(q, _TOKENWISE) or _standard_causal(q) for q in parts(c.branch))
@@ -448,7 +472,7 @@ def _tokenwise_pairs(run: tuple[Component, ...], m: Moments, C: np.ndarray, v_ou
     return mapped
 
 
-Spreads = list  # per map of a branch: its rows' key spreads (`row_spread`) for a causal attention, else None
+Spreads = list[tuple[float, ...] | None]    # per map of a branch: a causal attention's key spreads, else None
 
 
 def _branch_pairs(branch: Component, m: Moments, C: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], Spreads]:

@@ -67,7 +67,8 @@ per-feature variance of the tokens' mean gradient, M = 11ᵀ/L), weighted by 1/(
 mode is coherent only once the tokens' own parts, 1 − ρ of the norm input, drop below O(1/d).
 Monte Carlo: `bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, token corr r = 0.99 / 0.95 / 0.9;
 bench/RESULTS.md) and, at d = 32, r = 0.99, tests/test_moments_postnorm.py. The per-position backward applies
-it unweighted: it runs on collapsed stacks only, and its first-token part is exact.
+it unweighted, on every causal Post-LN stack: its first-token part is exact, and on uncollapsed tokens (r = 0.3,
+width 32) the sublayer's per-position gradient stays within 2.6 % of Monte Carlo (tests/test_moments_causal.py).
 """
 from __future__ import annotations
 
