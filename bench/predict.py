@@ -72,8 +72,8 @@ def phases(scheme: str, placement: str | None, layers: int, seq: int) -> list[fl
 
 def clear_input_caches() -> None:
     """Forget every per-input result (the softmax-functional tables stay)."""
-    from sigprop.theory.moments import attention, blocks, causal
-    for cached in (attention._functionals, blocks._forward_states, causal.row_profiles):
+    from sigprop.theory.moments import attention, blocks
+    for cached in (attention._functionals, blocks._forward_states, attention.row_profiles):
         cached.cache_clear()
 
 

@@ -40,13 +40,14 @@ import numpy as np
 
 from .linear import Linear
 from .softmax import QUADRATURE_BETA_MAX
-from .state import Moments, check_nonneg, check_positive, check_prob, check_size, ratio, replace
+from .state import Moments, check_nonneg, check_positive, check_prob, check_size, norm_dispersion, ratio, replace
 from .tables import (
     PAIR_KEYS,
     ROW_KEYS,
     FunctionalTable,
     RowTable,
     exact_pairs,
+    exact_profiles,
     exact_rows,
     functional_table,
     key_counts,
@@ -246,7 +247,34 @@ class Attention:
         d = self.d
         var = self.v_var * (c2 * d * st.m2 + st.s2 * ((d - 1) * rs + cs))
         cov = self.v_var * ((g1 - g2 + 1) ** 2 * d * st.m2 + st.s2 * ((d - 2) * rc + cc))
-        return replace(m, mean=0.0, var=var, corr=ratio(cov, var))
+        return replace(m, mean=0.0, var=var, corr=ratio(cov, var),
+                       norm_disp=self.mixed_dispersion(st, m) * (1 + 2 / d), kurtosis=3.0)
+
+    def mixed_dispersion(self, st: _Setup, m: Moments) -> float:
+        """R = Var|ȳ|²/(E|ȳ|²)² of a row's mix ȳ_i = Σ_j a_ij x_j of the input tokens (`state`), before W_V, which
+        adds a χ²_d given ȳ (so the mix step's output has e = R(1 + 2/d), κ = 3). With tokens of correlation ρ and
+        dispersion R_x, |ȳ|²/(d x̄²) = ΣS²(1 − ρ) + ρ + Σ_{j≠j'} S_jS_j'(c_jj' − ρ) + Σ S_j²(|x_j|²/(d x̄²) − 1),
+        c the pair cosines:
+          * the softmax: (1 − ρ)²·Var(ΣS²) within a row (its logits, and the spread of its logit scale over
+            queries), F22 − ⟨F2_i²⟩_rows with F2 = EΣS², F22 = E(ΣS²)²; the H heads draw independent weights and
+            their outputs add, each through its own W_V columns, so it enters over H. Causal rows of different
+            lengths differ in mean, not in spread: a position's own variance (`causal`) carries that;
+          * the pair cosines: 2(1 − ρ²)²(F2² − F4)/d, F4 = EΣS⁴ ≈ F2³ (exact for uniform rows);
+          * the token norms: F4·R_x;
+        over (F2(1 − ρ) + ρ)². The heads share the tokens, so the last two do not average over them. Shaped
+        attention (its identity part dominates at init) passes the input's R on. Against measurement at every
+        sublayer input of Pre-LN models: `bench/norm_dispersion.py`, tests/test_moments_dispersion.py."""
+        if self.shaped or self.L == math.inf:
+            return norm_dispersion(m, self.d)
+        f2, f22, rho = st.rows["F2"], st.rows["F22"], max(0.0, min(1.0, ratio(st.m2, st.m2 + st.s2)))
+        rows = row_profiles(self, m)[0] if self.causal else np.array([f2])
+        per_head = max(f22 - float(np.mean(rows ** 2)), 0.0)                       # within a row, and its β² spread
+        f4 = f2 ** 3
+        mean = f2 * (1 - rho) + rho
+        spread = ((1 - rho) ** 2 * per_head / self.n_heads
+                  + 2 * (1 - rho * rho) ** 2 * max(f2 * f2 - f4, 0.0) / self.d)
+        return (spread + f4 * norm_dispersion(m, self.d)) / mean ** 2
+
 
     def _mix_bwd(self, m_in: Moments, g: Moments) -> Moments:
         (v_var, v_cov), (qk_var, qk_cov) = self.mix_bwd_paths(m_in, g)
@@ -309,6 +337,29 @@ class Attention:
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self._mix_bwd(m_in, self.out_proj.bwd(self._mix_fwd(m_in), g_out))
+
+
+@lru_cache(maxsize=4096)
+def row_profiles(att: Attention, m: Moments, spread: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``, averaged over the
+    logit-scale fluctuations (6-node Gamma rule), read-only. ``spread``: per row, its keys' own variance over the
+    input's (`sigprop.theory.moments.causal.row_spread`), which scales that row's logit variance β²; None: every row
+    at the input's. Cached for every attention sublayer of a deep stack: its forward (the norm dispersion, the
+    causal forward) reads them bottom-up, the causal backward top-down."""
+    st = att._setup(m)
+    w, t = gamma_nodes(att.kappa(m), 6)
+    beta2 = st.s2 * st.u2 * w
+    if spread is not None:
+        beta2 = np.outer(beta2, spread)                                              # (6, L): row i at its own
+    L = int(att.L)
+    if not att.exact and FunctionalTable.covers(float(beta2.max())):
+        table = functional_table(L, True)
+        prof = table.profiles(beta2) if spread is None else table.profiles_by_row(beta2)   # (6, 2, L)
+    else:
+        prof = np.array([exact_profiles(b, L) for b in beta2])
+    f2, b = t @ prof[:, 0], np.maximum(t @ prof[:, 1], 0.0)
+    f2.flags.writeable = b.flags.writeable = False
+    return f2, b
 
 
 def attention_gain(r: float, L: int, causal: bool, d: int, n_heads: int) -> float:

@@ -103,7 +103,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .attention import Attention, gamma_nodes
+from .attention import Attention, row_profiles
 from .blocks import Serial, parts, serial
 from .dropout import Dropout
 from .embedding import Embedding
@@ -114,7 +114,7 @@ from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .state import Component, Moments, ratio, replace
-from .tables import FunctionalTable, exact_profiles, functional_table, key_counts
+from .tables import key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
 PAIR_NODES = 3          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
@@ -133,30 +133,6 @@ def _later(L: int) -> np.ndarray:
 def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
     """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j."""
     return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
-
-
-@lru_cache(maxsize=4096)
-def row_profiles(att: Attention, m: Moments, spread: tuple[float, ...] | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``,
-    averaged over the logit-scale fluctuations (6-node Gamma rule, as `Attention`). ``spread``: per row, its keys'
-    own variance over the input's (`row_spread`), which scales that row's logit variance β²; None: every row at
-    the input's. Cached for every attention sublayer of a deep stack: the forward pass (`row_vars`) reads them
-    bottom-up, the backward top-down."""
-    st = att._setup(m)
-    w, t = gamma_nodes(att.kappa(m), 6)
-    beta2 = st.s2 * st.u2 * w
-    if spread is not None:
-        beta2 = np.outer(beta2, spread)                                              # (6, L): row i at its own
-    L = int(att.L)
-    if not att.exact and FunctionalTable.covers(float(beta2.max())):
-        table = functional_table(L, True)
-        prof = table.profiles(beta2) if spread is None else table.profiles_by_row(beta2)   # (6, 2, L)
-    else:
-        prof = np.array([exact_profiles(b, L) for b in beta2])
-    f2, b = t @ prof[:, 0], np.maximum(t @ prof[:, 1], 0.0)
-    f2.flags.writeable = b.flags.writeable = False
-    return f2, b
 
 
 def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np.ndarray:

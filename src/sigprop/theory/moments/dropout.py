@@ -13,7 +13,7 @@ class Dropout:
     Forward:  μ' = μ,  σ'² = (σ² + pμ²)/(1−p),  Cov' = rσ² (masks of different tokens are
               independent), so r' = (1−p) rσ²/(σ² + pμ²).
     Backward: σ_g'² = σ_g²/(1−p),  Cov_g' = r_g σ_g², so r_g' = (1−p) r_g.
-    (The authors' formulas, which are right.)
+    (The authors' formulas, which are right.) Feature kurtosis (`state`): κ' = κ/(1−p) (E b^k = 1 − p).
     """
 
     p: float
@@ -23,7 +23,7 @@ class Dropout:
 
     def fwd(self, m: Moments) -> Moments:
         var = (m.var + self.p * m.mean ** 2) / (1 - self.p)
-        return replace(m, var=var, corr=ratio(m.cov, var))
+        return replace(m, var=var, corr=ratio(m.cov, var), kurtosis=m.kurtosis / (1 - self.p))
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var / (1 - self.p), grad_corr=(1 - self.p) * g_out.grad_corr)

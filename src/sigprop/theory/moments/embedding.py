@@ -79,7 +79,7 @@ class Embedding:
     def fwd(self, m: Moments) -> Moments:
         var = sum(self.table_vars)
         return replace(m, mean=0.0, var=var, corr=ratio(sum(v * c for v, c in zip(self.table_vars, self.collisions)),
-                                                        var))
+                                                        var), norm_disp=0.0, kurtosis=3.0)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
@@ -99,7 +99,9 @@ class PatchEmbedding:
         σ'² = (Var(cls) + n_patches Var(patch))/T,   r' = 0.
     Downstream maps then treat the cls token like the others, an O(1/T) error in the forward averages
     (none when the two variances agree, as under DSLM). A source, like `Embedding`: ``fwd`` ignores its
-    input, ``bwd`` passes the gradient moments through.
+    input, ``bwd`` passes the gradient moments through. Norm dispersion (`state`): W_p·patch is Gaussian given
+    the patch, whose squared norm spreads as χ²_fan_in, so the patch part carries e = 2/fan_in (to first order) with
+    weight (its share of the patch token's variance)², over the n_patches/T patch tokens.
     """
 
     patch_var: float
@@ -122,7 +124,10 @@ class PatchEmbedding:
 
     def fwd(self, m: Moments) -> Moments:
         cls, patch = self.token_vars
-        return replace(m, mean=0.0, var=(cls + self.n_patches * patch) / (1 + self.n_patches), corr=0.0)
+        share = self.fan_in * self.patch_var * self.pixel_var / patch if patch > 0 else 0.0
+        disp = share ** 2 * (2 / self.fan_in) * self.n_patches / (1 + self.n_patches)
+        return replace(m, mean=0.0, var=(cls + self.n_patches * patch) / (1 + self.n_patches), corr=0.0,
+                       norm_disp=disp, kurtosis=3.0)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)

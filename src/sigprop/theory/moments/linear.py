@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .state import Moments, check_nonneg, check_size, ratio, replace
+from .state import Moments, check_nonneg, check_size, norm_dispersion, ratio, replace
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,8 @@ class Linear:
               offset shared by all tokens, i.e. correlation.
     Backward: σ_g'² = d_out σ_w² σ_g²,  r_g' = r_g.
     Exact for Gaussian weights independent of the input (the authors' formulas, which
-    are right).
+    are right). Norm dispersion (`state`): given x, y's features are i.i.d. Gaussian of variance σ_w²|x|², so
+    |y|² = σ_w²|x|² χ²_{d_out}: κ' = 3 and the scale varies as |x|², e' = R_x(1 + 2/d_out), R_x = e + (κ − 1)/d_in.
     """
 
     d_in: int
@@ -30,7 +31,8 @@ class Linear:
     def fwd(self, m: Moments) -> Moments:
         gain = self.d_in * self.weight_var
         second = m.var + m.mean ** 2
-        return replace(m, mean=0.0, var=gain * second, corr=ratio(m.cov + m.mean ** 2, second))
+        return replace(m, mean=0.0, var=gain * second, corr=ratio(m.cov + m.mean ** 2, second),
+                       norm_disp=norm_dispersion(m, self.d_in) * (1 + 2 / self.d_out), kurtosis=3.0)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=self.d_out * self.weight_var * g_out.grad_var, grad_corr=g_out.grad_corr)

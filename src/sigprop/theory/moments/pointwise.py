@@ -16,6 +16,10 @@ q = √((1−r)/(1+r)):
   E x_i relu_j  = αR1 + rΦ(α)
 At μ = 0 these reduce to the authors' ReLU formulas (mean σ/√(2π), variance σ²(π−1)/(2π),
 r' = (πr + √(1−r²) − r arccos r − 1)/(π−1), backward ½ and ¼ + arcsin(r)/(2π)), which are right.
+
+Feature kurtosis (`state`): κ' = E φ⁴/(E φ²)² of one entry; the token's scale passes through (e' = e, exact for a
+degree-1 homogeneous φ). Piecewise linear: E relu⁴ = σ⁴((α⁴ + 6α² + 3)Φ(α) + (α³ + 5α)φ(α)) and the negative side
+with −α; ReLU at μ = 0: κ' = 6. Smooth activations: 128-node Gauss–Hermite.
 """
 from __future__ import annotations
 
@@ -79,10 +83,15 @@ class _Pointwise:
         """E φ, E φ², E φ_iφ_j, E φ'², E φ'_iφ'_j for input entries with moments ``m`` (Gaussian)."""
         return self._gauss(m)
 
+    def fourth(self, m: Moments) -> float:
+        """E φ(x)⁴ for an input entry with moments ``m`` (Gaussian)."""
+        raise NotImplementedError
+
     def fwd(self, m: Moments) -> Moments:
         e = self._gauss(m)
         var = max(e.second - e.mean ** 2, 0.0)
-        return replace(m, mean=e.mean, var=var, corr=ratio(e.cross - e.mean ** 2, var))
+        kurtosis = self.fourth(m) / e.second ** 2 if e.second > 0 else 3.0
+        return replace(m, mean=e.mean, var=var, corr=ratio(e.cross - e.mean ** 2, var), kurtosis=kurtosis)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         e = self._gauss(m_in)
@@ -94,6 +103,13 @@ class _PiecewiseLinear(_Pointwise):
 
     def slopes(self) -> tuple[float, float]:
         raise NotImplementedError
+
+    def fourth(self, m: Moments) -> float:
+        s = _require_var(m, type(self).__name__)
+        a, b = self.slopes()
+        al = m.mean / s
+        tail = lambda t: (t ** 4 + 6 * t * t + 3) * _cdf(t) + (t ** 3 + 5 * t) * _pdf(t)    # E[(t + z)⁴; t + z > 0]
+        return m.var ** 2 * ((a + b) ** 4 * tail(al) + a ** 4 * tail(-al))
 
     def _gauss(self, m: Moments) -> _Gauss:
         s = _require_var(m, type(self).__name__)
@@ -176,6 +192,14 @@ class GeLU(_Pointwise):
                         / ((1 + v) ** 2 - rv * rv) ** 1.5) / _TWO_PI
         return _Gauss(mean=mean, second=var + mean ** 2, cross=cross, d2=d2, dcross=dcross)
 
+    def fourth(self, m: Moments) -> float:
+        s = _require_var(m, "GeLU")
+        x = s * _GH_X
+        return float(_GH_W @ (x * _ERF_CDF(x)) ** 4)
+
+
+_ERF_CDF = np.vectorize(lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2))), otypes=[float])
+
 
 def _gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """φ(x) = x(1 + tanh(c(x + 0.044715x³)))/2, c = √(2/π), and φ'(x)."""
@@ -231,3 +255,7 @@ class Smooth(_Pointwise):
             raise NotImplementedError(f"Smooth({self.name!r}) with input E x² = {m.var + m.mean ** 2:.3g} > "
                                       f"{SMOOTH_SECOND_MAX}: beyond the range its quadrature resolves")
         return _smooth_gauss(self.name, m.mean, m.var, m.corr)
+
+    def fourth(self, m: Moments) -> float:
+        self._gauss(m)                                       # the range check
+        return float(_GH_W @ SMOOTH[self.name](m.mean + math.sqrt(m.var) * _GH_X)[0] ** 4)

@@ -231,7 +231,8 @@ class PostNormResidual:
     def fwd(self, m: Moments) -> Moments:
         _, z, f = self._sum(m)
         _, rho, v, c2, c1 = self._stats(m, f.var, f.corr)
-        return replace(z, mean=0.0, var=1.0, corr=max(-1.0, min(1.0, rho * (1 + 0.75 * v + 0.25 * c2) - c1)))
+        return replace(z, mean=0.0, var=1.0, corr=max(-1.0, min(1.0, rho * (1 + 0.75 * v + 0.25 * c2) - c1)),
+                       norm_disp=-2.0 / self.d, kurtosis=3.0)
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self.bwd_parts(m_in, g_out)[0]

@@ -9,6 +9,11 @@ weights and inputs:
 * ``corr``  r   = Cov(x_i^a, x_j^a) / σ², i ≠ j   (two different tokens, same feature)
 * ``grad_var``  σ_g² = Var(g_i^a),  g = ∂loss/∂x  (the gradient has mean 0)
 * ``grad_corr`` r_g  = Cov(g_i^a, g_j^a) / σ_g², i ≠ j
+* ``norm_disp`` e and ``kurtosis`` κ: how a token's squared norm |x_i|² = Σ_a (x_i^a)² (over the d features)
+  spreads over tokens and networks. Given the token's scale its features are taken i.i.d. with
+  κ = E x⁴/(E x²)² (raw moments; 3 for Gaussian features), and the scale itself varies with relative variance
+  e, so Var|x|²/(E|x|²)² = e + (κ − 1)/d (to first order): i.i.d. Gaussian features give 2/d (e = 0, κ = 3).
+  A norm's backward gain reads it (E[1/|u|²]; `norm`); maps that do not touch it pass it on.
 
 Means and covariances are over the weight ensemble too, so a per-feature offset that is
 random over weights but shared by all tokens (e.g. μ·Σ_k W_ka after a linear map) counts
@@ -42,13 +47,17 @@ class Moments:
     corr: float
     grad_var: float = 1.0
     grad_corr: float = 0.0
+    norm_disp: float = 0.0
+    kurtosis: float = 3.0
 
     def __post_init__(self) -> None:
-        m, v, c, gv, gc = self.mean, self.var, self.corr, self.grad_var, self.grad_corr
+        m, v, c, gv, gc, e, k = (self.mean, self.var, self.corr, self.grad_var, self.grad_corr, self.norm_disp,
+                                 self.kurtosis)
         if (type(m) is float and type(v) is float and type(c) is float and type(gv) is float and type(gc) is float
-                and math.isfinite(m + v + gv) and v >= 0.0 and gv >= 0.0 and -1.0 <= c <= 1.0 and -1.0 <= gc <= 1.0):
+                and type(e) is float and type(k) is float and math.isfinite(m + v + gv + e + k) and v >= 0.0
+                and gv >= 0.0 and -1.0 <= c <= 1.0 and -1.0 <= gc <= 1.0):
             return                                          # fast path: plain, valid floats
-        for name in ("mean", "var", "corr", "grad_var", "grad_corr"):
+        for name in ("mean", "var", "corr", "grad_var", "grad_corr", "norm_disp", "kurtosis"):
             value = float(getattr(self, name))          # plain floats, also from numpy scalars
             if not math.isfinite(value):
                 raise ValueError(f"Moments.{name} must be finite, got {value}")
@@ -73,7 +82,12 @@ def replace(m: Moments, **changes: float) -> Moments:
     """``dataclasses.replace`` for `Moments`, 3–4× faster (every map calls it; a 1000-layer predict ~30k times)."""
     get = changes.get
     return Moments(get("mean", m.mean), get("var", m.var), get("corr", m.corr), get("grad_var", m.grad_var),
-                   get("grad_corr", m.grad_corr))
+                   get("grad_corr", m.grad_corr), get("norm_disp", m.norm_disp), get("kurtosis", m.kurtosis))
+
+
+def norm_dispersion(m: Moments, d: int) -> float:
+    """R = Var|x|²/(E|x|²)² of a token of ``d`` features with moments ``m``: e + (κ − 1)/d (module docstring)."""
+    return m.norm_disp + (m.kurtosis - 1) / d
 
 
 class Component(Protocol):
