@@ -275,7 +275,6 @@ class Attention:
                   + 2 * (1 - rho * rho) ** 2 * max(f2 * f2 - f4, 0.0) / self.d)
         return (spread + f4 * norm_dispersion(m, self.d)) / mean ** 2
 
-
     def _mix_bwd(self, m_in: Moments, g: Moments) -> Moments:
         (v_var, v_cov), (qk_var, qk_cov) = self.mix_bwd_paths(m_in, g)
         total = v_var + qk_var

@@ -130,6 +130,11 @@ def _later(L: int) -> np.ndarray:
     return out
 
 
+def _tail(x: np.ndarray) -> np.ndarray:
+    """Σ_{i ≥ j} x_i for every j (a reversed cumulative sum)."""
+    return np.cumsum(x[::-1])[::-1]
+
+
 def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
     """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j."""
     return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
@@ -264,14 +269,14 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
     gii = np.diag(G)
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
-    tail_on, tail_off = np.cumsum(on[::-1])[::-1], np.cumsum(off[::-1])[::-1]           # Σ_{i ≥ j}
+    tail_on, tail_off = _tail(on), _tail(off)
     rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
     rows.flat[::len(G) + 1] = tail_on
     rows += mgm if coherent == 1.0 else coherent * mgm
     cross = row_pair_excess(st.pairs)
     if cross != 0.0:
         ugu = _times_u(np.ascontiguousarray(_times_u(G, n).T), n).T if att.shaped else mgm      # Uᵀ G U
-        same = np.cumsum((gii / n ** 2)[::-1])[::-1][_later(len(G))]                          # Uᵀ diag(G) U
+        same = _tail(gii / n ** 2)[_later(len(G))]                                           # Uᵀ diag(G) U
         ugu = ugu - same
         ugu *= coherent * cross
         rows += ugu
@@ -285,7 +290,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
         return v_path, gm
     w = len(G) * gii * b / (sbar * bbar.sum())                # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
     wq, wk = (w, w) if spread is None else (w * np.square(spread), w * np.asarray(spread))     # Q ∝ s_i², K ∝ s_i
-    q_diag = (qk_var - k_var) * wq + k_var * np.cumsum((wk / n)[::-1])[::-1]   # Q on the query, K over its n_i keys
+    q_diag = (qk_var - k_var) * wq + k_var * _tail(wk / n)                     # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
     qk = np.outer(q, q)
     qk *= qk_cov
@@ -515,9 +520,8 @@ def pair_forward(components: list[Component], m_in: Moments, L: int) -> Forward:
             out = _summary(C, c.fwd(m))                             # the branch trace is cached
         elif isinstance(c, PostNormResidual):
             B, within, spread = _branch_pairs(c.branch, m, C)
-            out = c.fwd(m)
+            out = c.fwd(m)                                          # C's means by construction
             C = _postnorm_pairs(c, C, B, out)
-            out = _summary(C, out)
         else:
             out = c.fwd(m)
             C = _tokenwise_pairs((c,), m, C, position_fwd(c, m, per[-1], out))
@@ -536,10 +540,10 @@ def _postnorm(c: PostNormResidual, m: Moments, f: Moments, rows: np.ndarray | No
     attention branch, scalars after a tokenwise one; ``f``: the branch output; ``rows``: its per-position
     variances where the forward traced them (`pair_forward`), else those of `row_vars`."""
     att = parts(c.branch)[0]
-    if rows is not None and np.ptp(rows) > 0:
-        fvar = rows
+    if rows is None:
+        fvar = row_vars(att, m, f.var) if isinstance(att, Attention) else f.var
     else:
-        fvar = row_vars(att, m, f.var) if isinstance(att, Attention) and rows is None else f.var
+        fvar = rows if np.ptp(rows) > 0 else f.var
     on, off = c.grad_gains(m, fvar, f.corr)
     return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
 
