@@ -41,9 +41,8 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   keys j ≤ i only through the keys' own parts: with the keys' covariance C over positions, their variance
   about the row's common part is s_i = v_i − c_i (v_i the keys' mean variance, c_i the mean covariance of
   their pairs), against s̄ = v̄ − c̄ of the whole input, which the exchangeable map reads (its s² = (1 − r)σ²).
-  Causal averaging leaves early positions more alike, so the early rows' keys spread less (at the third
-  block of a 3-block Pre-LN decoder s_i/s̄ = 0.6, 0.7, 0.77, … for rows 2, 3, 4, …, measured and predicted
-  within 0.03). Row i is then read at its own logit variance (s_i/s̄)β̄²: its F2 and B profiles, so its
+  Causal averaging leaves early positions more alike, so the early rows' keys spread less. Row i is then read
+  at its own logit variance (s_i/s̄)β̄²: its F2 and B profiles, so its
   softmax and its V path; its Q path ∝ s_i² B_i (the query gradient Σ_l dY_il x_l carries the keys'
   spread once through dY_il ∝ g_i·(V_l − V̄), λ ∝ s_i, and once through x_l) and its K path ∝ s_i B_i (once,
   through λ), both against the exchangeable totals at s̄ (so a uniform C, every s_i = s̄, gives them back).
