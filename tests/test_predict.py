@@ -27,7 +27,7 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.records import Record
 from sigprop.theory import moments
-from sigprop.theory.moments import Attention, Moments, blocks, norm
+from sigprop.theory.moments import Attention, Moments, blocks, norm, tables
 from sigprop.theory.moments.tables import (
     BETA_MAX,
     PAIR_KEYS,
@@ -45,6 +45,15 @@ CONFIGS = {"preln": ("preln", None), "postln": ("postln", None), "dslm-preln": (
 
 
 # ------------------------------------------------------------------------------------- fast path vs exact
+@pytest.mark.parametrize("points", [7, 500])
+def test_chebyshev_basis_is_the_cosine_definition(points: int) -> None:
+    """The tables' Chebyshev basis T_j(x) = cos(j arccos x), by cosines at a few points and by the three-term
+    recurrence at many (the per-row profiles), on [−1, 1] and clipped outside it."""
+    x = np.concatenate([np.linspace(-1.0, 1.0, points - 2), [-1.5, 1.5]])
+    expected = np.cos(np.arccos(np.clip(x, -1.0, 1.0))[:, None] * np.arange(20))
+    np.testing.assert_allclose(tables._vander(x, 20), expected, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("L, causal", [(16, True), (64, False)])
 def test_tables_match_exact_functionals(L: int, causal: bool) -> None:
     """Chebyshev tables reproduce the exact row/pair functionals at random (β, ρ): ≤ 1e-3 relative

@@ -89,7 +89,7 @@ def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, c
     w6, t6 = gamma_nodes(kappa, 6)
     w4, t4 = gamma_nodes(kappa, 4)
     r3, q3 = _rho_nodes(rho, k_rho)
-    pw, pr, pt = np.repeat(w4, len(r3)), np.tile(r3, len(w4)), np.outer(t4, q3).ravel()
+    pw, pr, pt = np.repeat(w4, len(r3)), np.concatenate([r3] * len(w4)), (t4[:, None] * q3).ravel()
     if beta2 > QUADRATURE_BETA_MAX ** 2:
         raise NotImplementedError(f"attention with logit scale β = {math.sqrt(beta2):.3g} > {QUADRATURE_BETA_MAX}: the "
                                   "softmax is near hard-max there and its functionals (argmax order statistics) are "
@@ -268,7 +268,7 @@ class Attention:
             return norm_dispersion(m, self.d)
         f2, f22, rho = st.rows["F2"], st.rows["F22"], max(0.0, min(1.0, ratio(st.m2, st.m2 + st.s2)))
         rows = row_profiles(self, m)[0] if self.causal else np.array([f2])
-        per_head = max(f22 - float(np.mean(rows ** 2)), 0.0)                       # within a row, and its β² spread
+        per_head = max(f22 - float(rows @ rows) / len(rows), 0.0)                 # within a row, and its β² spread
         f4 = f2 ** 3
         mean = f2 * (1 - rho) + rho
         spread = ((1 - rho) ** 2 * per_head / self.n_heads

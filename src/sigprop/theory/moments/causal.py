@@ -129,21 +129,35 @@ def _later(L: int) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=8)
+def _upper(L: int) -> np.ndarray:
+    """1[j < k] over position pairs, (L, L) (read-only)."""
+    out = np.triu(np.ones((L, L)), 1)
+    out.flags.writeable = False
+    return out
+
+
 def _tail(x: np.ndarray) -> np.ndarray:
     """Σ_{i ≥ j} x_i for every j (a reversed cumulative sum)."""
     return np.cumsum(x[::-1])[::-1]
 
 
 def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j."""
-    return np.cumsum((G / n)[:, ::-1], axis=1)[:, ::-1]
+    """G U (U_jk = 1[k ≤ j]/n_j) in O(L²): (G U)_ik = Σ_{j ≥ k} G_ij/n_j (torch's cumulative sum along rows:
+    numpy's is a few times slower there)."""
+    return torch.from_numpy(G / n).flip(1).cumsum(1).flip(1).numpy()
+
+
+def _alike(v: np.ndarray) -> bool:
+    """Whether every position's value is the same."""
+    return bool(v.max() == v.min())
 
 
 def _gains(G: np.ndarray, on: np.ndarray | float, off: np.ndarray | float) -> np.ndarray:
     """G with its diagonal times ``on`` and its off-diagonal times ``off`` (scalars, or per-position
     vectors: entry (j, k) × off_j off_k)."""
-    if np.ndim(off):
-        out = np.outer(off, off)
+    if isinstance(off, np.ndarray):
+        out = off[:, None] * off
         out *= G
     else:
         out = G * off
@@ -170,7 +184,7 @@ def _position_gains(c: Component, m: Moments, v: np.ndarray | None) -> tuple[np.
     affine map's backward does not read its input, so its factors are taken once per map (at ``_UNIT``)."""
     if isinstance(c, _AFFINE):
         return _tokenwise_gains(c, _UNIT)
-    if v is None or np.ptp(v) == 0:
+    if v is None or _alike(v):
         return _tokenwise_gains(c, m)
     if isinstance(c, (LayerNorm, RMSNorm)):
         a0, b0 = _tokenwise_gains(c, m)
@@ -200,7 +214,7 @@ def position_fwd(c: Component, m_in: Moments, v: np.ndarray, m_out: Moments | No
     out_var = (c.fwd(m_in) if m_out is None else m_out).var
     if isinstance(c, Attention) and c.causal:
         return row_vars(c, m_in, out_var)
-    if isinstance(c, (PostNormResidual, Attention, LayerNorm, RMSNorm)) or np.ptp(v) == 0:
+    if isinstance(c, (PostNormResidual, Attention, LayerNorm, RMSNorm)) or _alike(v):
         return np.full(len(v), out_var)
     if isinstance(c, _AFFINE) and m_in.var > 0:
         f1 = c.fwd(replace(m_in, var=2 * m_in.var)).var
@@ -229,7 +243,7 @@ def _residual_inputs(c: Component, m_in: Moments, v: np.ndarray) -> list[np.ndar
 def _position_means(M: np.ndarray) -> tuple[float, float]:
     """(mean diagonal, mean off-diagonal) of an (L, L) covariance over positions."""
     L = len(M)
-    var = float(np.trace(M)) / L
+    var = float(M.trace()) / L
     return var, (float(M.sum()) - L * var) / (L * (L - 1))
 
 
@@ -255,45 +269,44 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
     if not att.causal:
         raise NotImplementedError("the per-position backward is derived for causal attention only")
     st = att._setup(m)
-    f = att.mix_fwd(st, m)
     G = G * (att.d * att.o_var)                                                      # output projection
-    n = key_counts(len(G), True)[0]
+    L = len(G)
+    n = key_counts(L, True)[0]
     f2, b = row_profiles(att, m, spread)
     gm = _times_u(G, n)                                                             # G M, M = U (standard)
     if att.shaped:                                                                  # M = γ₁I + (1 − γ₂)U
         gm = att.gamma1 * G + (1 - att.gamma2) * gm
-    mgm = _times_u(np.ascontiguousarray(gm.T), n).T                                 # Uᵀ G M (cumsum: contiguous rows)
+    mgm = _times_u(gm.T, n).T                                                       # Uᵀ G M
     if att.shaped:
         mgm = att.gamma1 * gm + (1 - att.gamma2) * mgm                              # Mᵀ G M
     gii = np.diag(G)
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
-    tail_on, tail_off = _tail(on), _tail(off)
-    rows = tail_off[_later(len(G))]                                                    # Σ_{i ≥ max(j, k)}
-    rows.flat[::len(G) + 1] = tail_on
-    rows += mgm if coherent == 1.0 else coherent * mgm
-    cross = row_pair_excess(st.pairs)
-    if cross != 0.0:
-        ugu = _times_u(np.ascontiguousarray(_times_u(G, n).T), n).T if att.shaped else mgm      # Uᵀ G U
-        same = _tail(gii / n ** 2)[_later(len(G))]                                           # Uᵀ diag(G) U
-        ugu = ugu - same
-        ugu *= coherent * cross
-        rows += ugu
+    shared = coherent * row_pair_excess(st.pairs)       # c·(Uᵀ G_off U): Uᵀ G U less its diagonal part Uᵀ diag(G) U
+    same = shared * _tail(gii / n ** 2) if shared != 0.0 else 0.0
+    rows = (_tail(off) - same)[_later(L)]                                              # Σ_{i ≥ max(j, k)}
+    rows.flat[::L + 1] = _tail(on) - same
+    if att.shaped:
+        rows += coherent * mgm
+        if shared != 0.0:
+            rows += shared * _times_u(_times_u(G, n).T, n).T
+    else:
+        rows += (coherent + shared) * mgm                                               # Uᵀ G U = Mᵀ G M
     v_path = rows
     v_path *= att.d * att.v_var
-    g = _scalar(G, f)
+    g = _scalar(G, m)                                                     # the Q and K paths read its grad fields
     (q_var, q_cov), (k_var, k_cov) = att.query_path(st, g), att.key_path(st, g, att.L)   # `mix_bwd_paths`' Q + K
     qk_var, qk_cov = q_var + k_var, q_cov + k_cov
-    sbar, bbar = float(np.mean(gii)), b if spread is None else row_profiles(att, m)[1]
+    sbar, bbar = float(gii.sum()) / L, b if spread is None else row_profiles(att, m)[1]
     if qk_var <= 0 or sbar <= 0 or bbar.sum() <= 0:
         return v_path, gm
-    w = len(G) * gii * b / (sbar * bbar.sum())                # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
+    w = L * gii * b / (sbar * bbar.sum())                     # row weights ∝ G_ii B(n_i), mean 1 if G_ii ∝ 1
     wq, wk = (w, w) if spread is None else (w * np.square(spread), w * np.asarray(spread))     # Q ∝ s_i², K ∝ s_i
     q_diag = (qk_var - k_var) * wq + k_var * _tail(wk / n)                     # Q on the query, K over its n_i keys
     q = np.sqrt(q_diag / qk_var)
-    qk = np.outer(q, q)
+    qk = q[:, None] * q
     qk *= qk_cov
-    qk.flat[::len(G) + 1] = q_diag
+    qk.flat[::L + 1] = q_diag
     v_path += qk
     return v_path, gm
 
@@ -303,7 +316,7 @@ def row_vars(att: Attention, m: Moments, fvar: float) -> np.ndarray:
     ``att``'s output on input ``m``: the V-path forward of a row with n_i keys, f̄ (m₂ + s²F2_i)/(m₂ + s²F̄2)."""
     st = att._setup(m)
     f2 = row_profiles(att, m)[0]
-    return fvar * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(np.mean(f2)))
+    return fvar * (st.m2 + st.s2 * f2) / (st.m2 + st.s2 * float(f2.sum()) / len(f2))
 
 
 def _standard_causal(c: Component) -> bool:
@@ -365,7 +378,7 @@ def row_spread(C: np.ndarray) -> tuple[float, ...] | None:
     n = np.arange(1.0, L + 1)
     diag = np.diagonal(C)
     own = np.cumsum(diag)
-    block = np.cumsum(2 * np.triu(C, 1).sum(0) + diag)
+    block = np.cumsum(2 * (np.ones(L) @ (C * _upper(L))) + diag)
     var, cov = _position_means(C)
     if var - cov <= SPREAD_TOLERANCE * var:
         return None
@@ -423,8 +436,10 @@ def _tokenwise_pairs(run: tuple[Component, ...], m: Moments, C: np.ndarray, v_ou
     rho.flat[::L + 1] = rho[0, 1]
     lo, hi = float(rho.min()), float(rho.max())
     centre, half = (lo + hi) / 2, (hi - lo) / 2
+    uniform = _alike(v_out)
+    scale = float(v_out[0]) if uniform else 1.0                     # folded into the polynomial when uniform
     if half <= 1e-12:
-        mapped = np.full((L, L), _run_corr(run, m, max(-1.0, min(1.0, centre))))
+        mapped = np.full((L, L), scale * _run_corr(run, m, max(-1.0, min(1.0, centre))))
     else:
         at = np.clip(centre + half * _CHEB, -1.0, 1.0)
         values = np.array([_run_corr(run, m, float(x)) for x in at])
@@ -435,17 +450,20 @@ def _tokenwise_pairs(run: tuple[Component, ...], m: Moments, C: np.ndarray, v_ou
         coef = coef[:degree + 1] / half ** np.arange(degree + 1)    # monomials in u = ρ − c
         if degree == 1 and abs(coef[0] - centre) < _NEGLIGIBLE and abs(coef[1] - 1) < _NEGLIGIBLE:
             mapped = rho                                            # the identity
+            mapped *= scale
         else:
-            u = rho - centre
+            coef *= scale
+            u = rho
+            u -= centre
             mapped = u * coef[-1]
             for c in coef[-2:0:-1]:
                 mapped += c
                 mapped *= u
             mapped += coef[0]
-    mapped.flat[::L + 1] = 1.0
-    if np.ptp(v_out) == 0:
-        mapped *= float(v_out[0])
+    if uniform:
+        mapped.flat[::L + 1] = scale
     else:
+        mapped.flat[::L + 1] = 1.0
         out_sd = np.sqrt(v_out)
         mapped *= out_sd[:, None]
         mapped *= out_sd
@@ -542,9 +560,9 @@ def _postnorm(c: PostNormResidual, m: Moments, f: Moments, rows: np.ndarray | No
     if rows is None:
         fvar = row_vars(att, m, f.var) if isinstance(att, Attention) else f.var
     else:
-        fvar = rows if np.ptp(rows) > 0 else f.var
+        fvar = f.var if _alike(rows) else rows
     on, off = c.grad_gains(m, fvar, f.corr)
-    return on, np.sqrt(off) if np.ndim(off) else off                     # `_gains`: a vector enters squared
+    return on, np.sqrt(off) if isinstance(off, np.ndarray) else off   # `_gains`: a vector enters squared
 
 
 def _postnorm_bwd(c: PostNormResidual, m_in: Moments, G: np.ndarray, inner: list[np.ndarray] | None = None,
@@ -597,7 +615,7 @@ def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.
             on = off = 1.0
         else:
             a, b = _position_gains(comp, m, p)
-            if np.ndim(b) or np.ndim(off):                 # entry (j, k) × s_j s_k from here on
+            if isinstance(b, np.ndarray) or isinstance(off, np.ndarray):      # entry (j, k) × s_j s_k from here on
                 off, b = _root(off, comp), _root(b, comp)
             on, off = on * a, off * b
     return G if _unit(on, off) else _gains(G, on, off)
@@ -605,7 +623,7 @@ def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.
 
 def _root(off: np.ndarray | float, c: Component) -> np.ndarray | float:
     """An off-diagonal factor as the per-position root s (entry (j, k) × s_j s_k): a vector already is one."""
-    if np.ndim(off):
+    if isinstance(off, np.ndarray):
         return off
     if off < 0:
         raise NotImplementedError(f"{type(c).__name__}: a negative off-diagonal gradient factor beside "
@@ -614,7 +632,7 @@ def _root(off: np.ndarray | float, c: Component) -> np.ndarray | float:
 
 
 def _unit(on: np.ndarray | float, off: np.ndarray | float) -> bool:
-    return not np.ndim(on) and not np.ndim(off) and on == off == 1.0
+    return not isinstance(on, np.ndarray) and not isinstance(off, np.ndarray) and on == off == 1.0
 
 
 def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | None = None,

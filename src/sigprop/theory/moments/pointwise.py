@@ -49,9 +49,12 @@ def orthant(a: float, r: float) -> float:
     """Φ₂(a, a; r) = P(u < a, v < a) for standard normals with correlation r.
 
     Plackett's identity ∂Φ₂/∂r = φ₂ with r = sin θ:
-    Φ₂(a, a; r) = Φ(a)² + (1/2π) ∫₀^{arcsin r} exp(−a²/(1 + sin θ)) dθ (smooth integrand).
+    Φ₂(a, a; r) = Φ(a)² + (1/2π) ∫₀^{arcsin r} exp(−a²/(1 + sin θ)) dθ (smooth integrand); at a = 0 the
+    integrand is 1 (Sheppard's 1/4 + arcsin(r)/2π).
     """
     top = math.asin(max(-1.0, min(1.0, r)))
+    if a == 0.0:
+        return 0.25 + top / _TWO_PI
     theta = 0.5 * top * (_GL_X + 1.0)
     with np.errstate(divide="ignore"):
         integrand = np.exp(-a * a / (1.0 + np.sin(theta)))

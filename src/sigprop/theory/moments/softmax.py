@@ -115,7 +115,8 @@ class PairSums:
         counts = np.zeros((len(self.n1), int((n2 - n1).max()) + 1))                   # pairs per (n1, n2 − n1)
         np.add.at(counts, (where, n2 - n1), 1.0)
         powers = m2[:, None, :] ** np.arange(counts.shape[1])[None, :, None]           # (R, gap, T')
-        self.extra = np.einsum("ng,rgs->nrs", counts, powers, optimize=False)  # Σ_{pairs with this n1} m2^{n2 − n1}
+        r, g, t = powers.shape                                             # Σ_{pairs with this n1} m2^{n2 − n1}
+        self.extra = (counts @ powers.transpose(1, 0, 2).reshape(g, r * t)).reshape(-1, r, t)
         self._phi: dict[Index2, np.ndarray] = {}
         self._shared: dict[int, np.ndarray] = {}
 

@@ -33,6 +33,8 @@ ROW_KEYS = ("F2", "F22", "Z1", "Z2", "B", "Bz")
 PROFILE_KEYS = ("F2", "B")         # per key count n (causal rows), for `causal`; interpolated linearly (B = 0 at n = 1)
 PAIR_KEYS = ("K1", "K2", "CK")
 LINEAR = ("Z1", "K2")              # interpolated as is; the others in log when positive at every node
+_FEW_POINTS = 64                   # `_vander` by cosines up to this many points, else by the recurrence
+_DEGREES = np.arange(float(max(ROW_NODES, *PAIR_NODES)))
 
 
 @lru_cache(maxsize=16)
@@ -83,8 +85,20 @@ def _fit(values: np.ndarray, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
 
 
 def _vander(x: np.ndarray, n: int) -> np.ndarray:
-    """Chebyshev Vandermonde T_0..T_{n−1} at x ∈ [−1, 1]: cos(j·arccos x)."""
-    return np.cos(np.arccos(np.clip(x, -1.0, 1.0))[:, None] * np.arange(n))
+    """Chebyshev Vandermonde T_0..T_{n−1} at x ∈ [−1, 1], (len(x), n): cos(j·arccos x) at a few points; at many
+    (the per-row profiles) by the recurrence T_{j+1} = 2x T_j − T_{j−1}, stable on [−1, 1] and a few times
+    cheaper there (n vector steps instead of n·len(x) cosines)."""
+    x = np.minimum(np.maximum(x, -1.0), 1.0)
+    if len(x) <= _FEW_POINTS:
+        return np.cos(np.arccos(x)[:, None] * _DEGREES[:n])
+    out = np.empty((n, len(x)))
+    out[0] = 1.0
+    out[1:2] = x
+    twice = 2 * x
+    for j in range(2, n):
+        np.multiply(twice, out[j - 1], out=out[j])
+        out[j] -= out[j - 2]
+    return out.T
 
 
 def _untransform(values: np.ndarray, logged: np.ndarray, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -104,6 +118,8 @@ class RowTable:
         profiles = np.array([[f[k] for k in PROFILE_KEYS] for f in per_n]) if causal else None    # (nb, k, L)
         self.profile_coef = (None if profiles is None
                              else np.einsum("bi,ikl->bkl", np.linalg.inv(_vander(xb, ROW_NODES)), profiles))
+        self._by_row = (None if profiles is None                                                  # (L, b, k)
+                        else np.ascontiguousarray(self.profile_coef.transpose(2, 0, 1)))
 
     @staticmethod
     def covers(beta2: float) -> bool:
@@ -118,7 +134,9 @@ class RowTable:
         """(len(beta2), len(PROFILE_KEYS), L): per-row F2 and B of a causal table (n = 1..L keys)."""
         if self.profile_coef is None:
             raise ValueError("per-row profiles are tabulated for causal tables only")
-        return np.einsum("pb,bkl->pkl", _vander(2 * np.sqrt(beta2) / BETA_MAX - 1, ROW_NODES), self.profile_coef)
+        nb, k, L = self.profile_coef.shape
+        vander = _vander(2 * np.sqrt(beta2) / BETA_MAX - 1, ROW_NODES)
+        return (vander @ self.profile_coef.reshape(nb, k * L)).reshape(len(beta2), k, L)
 
     def profiles_by_row(self, beta2: np.ndarray) -> np.ndarray:
         """(P, len(PROFILE_KEYS), L): per-row F2 and B of a causal table with row i (n = i + 1 keys) read at its
@@ -126,8 +144,8 @@ class RowTable:
         if self.profile_coef is None:
             raise ValueError("per-row profiles are tabulated for causal tables only")
         p, L = beta2.shape
-        vander = _vander((2 * np.sqrt(beta2) / BETA_MAX - 1).ravel(), ROW_NODES).reshape(p, L, ROW_NODES)
-        return np.einsum("plb,bkl->pkl", vander, self.profile_coef)
+        vander = _vander((2 * np.sqrt(beta2) / BETA_MAX - 1).T.ravel(), ROW_NODES).reshape(L, p, ROW_NODES)
+        return (vander @ self._by_row).transpose(1, 2, 0)                   # per row l: (p, b) @ (b, k)
 
 
 @lru_cache(maxsize=16)
@@ -169,7 +187,8 @@ class FunctionalTable:
         """P_k at each (beta2, rho) entry."""
         x = 2 * np.sqrt(beta2) / BETA_MAX - 1
         vb, vr = _vander(x, PAIR_NODES[0]), _vander(rho, PAIR_NODES[1])
-        return _untransform(np.einsum("pb,pr,brk->pk", vb, vr, self.pair_coef), self.pair_log, PAIR_KEYS)
+        basis = (vb[:, :, None] * vr[:, None, :]).reshape(len(x), -1)                    # T_b(x) T_r(ρ)
+        return _untransform(basis @ self.pair_coef.reshape(basis.shape[1], -1), self.pair_log, PAIR_KEYS)
 
 
 @lru_cache(maxsize=16)
