@@ -201,13 +201,18 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
         Gram entries; between samples the stream in closed form, O(S·T²) per sample. For a deep DSLM model it
         is the largest part of a first call, at any T ≤ GRAM_MAX_TOKENS."""
     with gc_paused():
-        model = _as_model(model_or_cfg)
-        m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
-        L, collision = _defaults(model, seq_len, token_collision)
-        if isinstance(model, EncoderDecoder):
-            enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, m_in, g_out)
-            return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
-        labels, chain = model_chain(model, seq_len, token_collision)
-        if isinstance(model, DecoderLM):
-            return _records(labels, _backward(model.stack, chain, m_in, g_out, L), "dec")
-        return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), "enc")
+        return _predict(model_or_cfg, seq_len, token_collision)     # its model and maps are freed before gc resumes
+
+
+def _predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None, token_collision: float | None
+             ) -> list[Record]:
+    model = _as_model(model_or_cfg)
+    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
+    L, collision = _defaults(model, seq_len, token_collision)
+    if isinstance(model, EncoderDecoder):
+        enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, m_in, g_out)
+        return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
+    labels, chain = model_chain(model, seq_len, token_collision)
+    if isinstance(model, DecoderLM):
+        return _records(labels, _backward(model.stack, chain, m_in, g_out, L), "dec")
+    return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), "enc")

@@ -148,6 +148,17 @@ def _times_u(G: np.ndarray, n: np.ndarray) -> np.ndarray:
     return torch.from_numpy(G / n).flip(1).cumsum(1).flip(1).numpy()
 
 
+def _residual_sum(c: Residual | PostNormResidual, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """α²X + β²Y of the residual sublayer ``c`` (its input's and its branch's covariances), written into ``Y``
+    when it is not ``X`` (a branch's result is a new array unless the branch is the identity)."""
+    if Y is X:
+        return (c.alpha ** 2 + c.beta ** 2) * X
+    if c.beta != 1.0:
+        Y *= c.beta ** 2
+    Y += X if c.alpha == 1.0 else c.alpha ** 2 * X
+    return Y
+
+
 def _alike(v: np.ndarray) -> bool:
     """Whether every position's value is the same."""
     return bool(v.max() == v.min())
@@ -505,7 +516,7 @@ def _postnorm_pairs(c: PostNormResidual, C: np.ndarray, B: np.ndarray, out: Mome
     """C at the output of the Post-LN sublayer ``c`` from C and the branch's B at its input: the sum α²C + β²B
     (the branch is uncorrelated with its input at init) normalized per position, plus the exchangeable map's
     O(1/d) shift of the correlation (``out``: its output), so a uniform C gives that map back."""
-    Z = c.alpha ** 2 * C + c.beta ** 2 * B
+    Z = _residual_sum(c, C, B)
     inv_sd = 1 / np.sqrt(np.diagonal(Z))
     Z *= inv_sd[:, None]
     Z *= inv_sd
@@ -533,7 +544,7 @@ def pair_forward(components: list[Component], m_in: Moments, L: int) -> Forward:
             C = _uniform(out, L)
         elif isinstance(c, Residual):
             B, within, spread = _branch_pairs(c.branch, m, C)
-            C = c.alpha ** 2 * C + c.beta ** 2 * B
+            C = _residual_sum(c, C, B)
             out = _summary(C, c.fwd(m))                             # the branch trace is cached
         elif isinstance(c, PostNormResidual):
             B, within, spread = _branch_pairs(c.branch, m, C)
@@ -643,7 +654,7 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | Non
     if isinstance(c, Serial):
         return _serial_bwd(c.components, c.trace(m_in), G, v, inner, spreads)
     if isinstance(c, Residual):
-        return c.alpha ** 2 * G + c.beta ** 2 * position_bwd(c.branch, m_in, G, v, inner, spreads)
+        return _residual_sum(c, G, position_bwd(c.branch, m_in, G, v, inner, spreads))
     if isinstance(c, PostNormResidual):
         return _postnorm_bwd(c, m_in, G, inner, spreads)[0]
     if isinstance(c, Attention):
