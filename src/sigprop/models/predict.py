@@ -182,7 +182,8 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     Cost, for N blocks (2N sublayers; 3N in an encdec decoder), L tokens, width d, head width d_k:
       * the model from a config: O(N) module constructions on the meta device and one init pass, which records
         each weight's std; the cyclic garbage collector is paused throughout (`gc_paused`), since each of its
-        full collections would rescan these objects and all of torch;
+        full collections would rescan these objects and all of torch, and resumes only once they are freed
+        (else its first collection would scan them all on the way out);
       * the maps: O(N) scalar maps, forward then backward; an attention map is O(1) in L, its softmax
         functionals read at 6 + 12 fluctuation nodes off the Chebyshev table of (L, causal), which the first call
         per process builds from the exact quadrature: 20 row nodes over the L key counts and 10 × 10 pair nodes
