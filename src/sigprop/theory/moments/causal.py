@@ -26,11 +26,21 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   Rows are not independent: two queries' logits on a key they both read have covariance ρβ² (ρ the
   queries' correlation), so E[S_ij S_i'j] = (1 + c)/(n_i n_i') for i ≠ i', j ≤ min(i, i'), with c =
   `row_pair_excess` = K1/K1_uniform − 1 (K1 = E Σ_j S_ij S_i'j, the pair functional `Attention` averages over
-  query pairs, against 1/max(n_i, n_i') for uniform rows; c ≈ e^{ρβ²} − 1, taken alike for every pair).
-  The dropout masks of two rows are independent, so the V path gains c·Uᵀ G_off U, G_off = G without its
-  diagonal: nothing for independent upstream gradients, and for correlated ones the gradient the early keys
-  collect from every later row (a Pre-LN sublayer at r = 0.3 under upstream gradients correlated 0.8: 5 %
-  low on average without it, within 1.1 % with it; tests/test_moments_causal.py).
+  query pairs, against 1/max(n_i, n_i') for uniform rows; c ≈ e^{ρβ²} − 1, taken alike for every pair of rows
+  that read two keys or more; row 0 reads one, S_00 = 1, so c = 0 with it). Each row sums to 1, so the
+  weights of two rows i < i' on two different keys covary the less: with n = n_i (row i's keys are all shared),
+  row i's sum over its keys for a fixed k ≤ i gives E[S_ij S_i'k] = (1 − c/(n − 1))/(n n_i') for j ≠ k both
+  shared, and then row i''s sum gives exactly 1/(n n_i') for a key k > i only row i' reads. The dropout masks
+  of two rows are independent, so the V path gains c·K (`_shared_keys`), G_off = G without its diagonal:
+      K_jj = Σ_{i ≠ i', min(i, i') ≥ max(j, 1)} G_ii'/(n_i n_i'),
+      K_jk = −Σ_{i ≠ i', min(i, i') ≥ max(j, k)} G_ii'/(n_i n_i' (min(n_i, n_i') − 1))   (j ≠ k):
+  nothing for independent upstream gradients; for correlated ones the gradient the early keys collect from
+  every later row, and less covariance between keys. Against Monte Carlo of a Pre-LN and a Post-LN sublayer at
+  r = 0.3 under upstream gradients correlated 0.8 (tests/test_moments_causal.py): without c the position
+  average 5 % low; with the same-key excess put on every pair of keys the covariance between positions 5–6 %
+  high; with K within 1.3 %. In a deep standard Pre-LN decoder that excess between keys compounds through the
+  bottom blocks, whose norms multiply the gradient by ~d/2: put on every pair of keys it left a 48-layer
+  decoder's embedding gradient 81 % high, with K it is within its Monte-Carlo error (bench/preln_bottom.py).
 * Attention, Q and K paths: the exchangeable map's totals (`Attention.query_path`, `key_path`) at
   the position-averaged gradient, given to the rows in proportion to w_i ∝ G_ii B(n_i) (query i's
   softmax Jacobian Q_S vanishes when it sees one key, B(1) = 0, so a gradient held by the first
@@ -272,6 +282,31 @@ def row_pair_excess(pairs: dict[str, float]) -> float:
     return pairs["K1"] / pairs["inv_n2"] - 1.0
 
 
+@lru_cache(maxsize=8)
+def _later_pairs(L: int) -> np.ndarray:
+    """1/(n_i n_i') for causal rows i < i' (n = key counts), else 0, (L, L) (read-only)."""
+    n = np.arange(1.0, L + 1)
+    out = np.triu(1 / np.outer(n, n), 1)
+    out.flags.writeable = False
+    return out
+
+
+def _shared_keys(G: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """K with Σ_{i ≠ i'} G_ii' (E[S_ij S_i'k] − E S_ij E S_i'k) = c·K_jk for the causal rows' softmax weights S
+    (module docstring, the V path: two rows on the keys they share): K_jj = A_max(j,1), K_jk = −T_max(j,k) (j ≠ k), with
+    A_l = Σ_{i ≠ i', min(i, i') ≥ l} G_ii'/(n_i n_i') and T_l the same sum with each pair over min(n_i, n_i') − 1.
+    O(L²): each is twice a reversed cumulative sum of the upper triangle's row sums."""
+    L = len(G)
+    upper = (G * _later_pairs(L)).sum(1)                     # Σ_{i' > i} G_ii'/(n_i n_i'), per row i
+    shared = 2 * _tail(upper)                                # A_l
+    other = np.zeros(L)
+    other[1:] = upper[1:] / (n[1:] - 1)
+    out = -2 * _tail(other)[_later(L)]                       # −T_max(j,k)
+    out.flat[::L + 1] = shared
+    out[0, 0] = shared[1] if L > 1 else 0.0                  # row 0 reads one key: no excess with it
+    return out
+
+
 def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
                spread: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """G at the input of causal attention, and G_o M (G_o: the gradient at the mix's output, after the output
@@ -293,16 +328,12 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
     gii = np.diag(G)
     on = gii * (f2 / (n * (1 - att.p)) - 1 / n ** 2)                                   # per row i
     off = gii * np.where(n > 1, (1 - f2) / (n * np.maximum(n - 1, 1)) - 1 / n ** 2, 0.0)
-    shared = coherent * row_pair_excess(st.pairs)       # c·(Uᵀ G_off U): Uᵀ G U less its diagonal part Uᵀ diag(G) U
-    same = shared * _tail(gii / n ** 2) if shared != 0.0 else 0.0
-    rows = (_tail(off) - same)[_later(L)]                                              # Σ_{i ≥ max(j, k)}
-    rows.flat[::L + 1] = _tail(on) - same
-    if att.shaped:
-        rows += coherent * mgm
-        if shared != 0.0:
-            rows += shared * _times_u(_times_u(G, n).T, n).T
-    else:
-        rows += (coherent + shared) * mgm                                               # Uᵀ G U = Mᵀ G M
+    rows = _tail(off)[_later(L)]                                                       # Σ_{i ≥ max(j, k)}
+    rows.flat[::L + 1] = _tail(on)
+    rows += mgm if coherent == 1.0 else coherent * mgm
+    excess = coherent * row_pair_excess(st.pairs)
+    if excess != 0.0:
+        rows += excess * _shared_keys(G, n)
     v_path = rows
     v_path *= att.d * att.v_var
     g = _scalar(G, m)                                                     # the Q and K paths read its grad fields
