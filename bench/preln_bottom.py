@@ -54,7 +54,7 @@ def stack(layers: int, width: int, networks: int) -> None:
     cfg = config(layers, width)
     pred = [r.grad_var for r in predict(cfg, seq_len=L, token_collision=1 / VOCAB)]
     shared_keys = causal._shared_keys
-    causal._shared_keys = lambda G, n: causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
+    causal._shared_keys = lambda G, n, c: c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
     try:
         every_pair = [r.grad_var for r in predict(cfg, seq_len=L, token_collision=1 / VOCAB)]
     finally:

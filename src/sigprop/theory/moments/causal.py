@@ -31,7 +31,7 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   weights of two rows i < i' on two different keys covary the less: with n = n_i (row i's keys are all shared),
   row i's sum over its keys for a fixed k ≤ i gives E[S_ij S_i'k] = (1 − c/(n − 1))/(n n_i') for j ≠ k both
   shared, and then row i''s sum gives exactly 1/(n n_i') for a key k > i only row i' reads. The dropout masks
-  of two rows are independent, so the V path gains c·K (`_shared_keys`), G_off = G without its diagonal:
+  of two rows are independent, so the V path gains c·K (`_shared_keys`):
       K_jj = Σ_{i ≠ i', min(i, i') ≥ max(j, 1)} G_ii'/(n_i n_i'),
       K_jk = −Σ_{i ≠ i', min(i, i') ≥ max(j, k)} G_ii'/(n_i n_i' (min(n_i, n_i') − 1))   (j ≠ k):
   nothing for independent upstream gradients; for correlated ones the gradient the early keys collect from
@@ -291,17 +291,17 @@ def _later_pairs(L: int) -> np.ndarray:
     return out
 
 
-def _shared_keys(G: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """K with Σ_{i ≠ i'} G_ii' (E[S_ij S_i'k] − E S_ij E S_i'k) = c·K_jk for the causal rows' softmax weights S
-    (module docstring, the V path: two rows on the keys they share): K_jj = A_max(j,1), K_jk = −T_max(j,k) (j ≠ k), with
-    A_l = Σ_{i ≠ i', min(i, i') ≥ l} G_ii'/(n_i n_i') and T_l the same sum with each pair over min(n_i, n_i') − 1.
-    O(L²): each is twice a reversed cumulative sum of the upper triangle's row sums."""
+def _shared_keys(G: np.ndarray, n: np.ndarray, c: float) -> np.ndarray:
+    """c·K with Σ_{i ≠ i'} G_ii' (E[S_ij S_i'k] − E S_ij E S_i'k) = c·K_jk for the causal rows' softmax weights S
+    (module docstring, the V path: two rows on the keys they share): K_jj = A_max(j,1), K_jk = −T_max(j,k)
+    (j ≠ k), with A_l = Σ_{i ≠ i', min(i, i') ≥ l} G_ii'/(n_i n_i') and T_l the same sum with each pair over
+    min(n_i, n_i') − 1. O(L²): each is twice a reversed cumulative sum of the upper triangle's row sums."""
     L = len(G)
-    upper = (G * _later_pairs(L)).sum(1)                     # Σ_{i' > i} G_ii'/(n_i n_i'), per row i
-    shared = 2 * _tail(upper)                                # A_l
+    upper = np.einsum("ij,ij->i", G, _later_pairs(L))     # Σ_{i' > i} G_ii'/(n_i n_i'), per row i
+    shared = 2 * c * _tail(upper)                            # c·A_l
     other = np.zeros(L)
     other[1:] = upper[1:] / (n[1:] - 1)
-    out = -2 * _tail(other)[_later(L)]                       # −T_max(j,k)
+    out = (-2 * c * _tail(other))[_later(L)]                 # −c·T_max(j,k)
     out.flat[::L + 1] = shared
     out[0, 0] = shared[1] if L > 1 else 0.0                  # row 0 reads one key: no excess with it
     return out
@@ -333,7 +333,7 @@ def _attention(att: Attention, m: Moments, G: np.ndarray, coherent: float = 1.0,
     rows += mgm if coherent == 1.0 else coherent * mgm
     excess = coherent * row_pair_excess(st.pairs)
     if excess != 0.0:
-        rows += excess * _shared_keys(G, n)
+        rows += _shared_keys(G, n, excess)
     v_path = rows
     v_path *= att.d * att.v_var
     g = _scalar(G, m)                                                     # the Q and K paths read its grad fields
