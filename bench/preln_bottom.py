@@ -24,6 +24,7 @@ ids, vocab 256, 64 tokens, 4 heads, network s seeded with s, one sequence each):
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import numpy as np
 import torch
@@ -91,6 +92,20 @@ def _covariances(model: torch.nn.Module, batch: torch.Tensor, seed: int, width: 
     return np.stack([(o.grad[0] @ o.grad[0].T / width).numpy() for o in outs])
 
 
+def _bottom_maps(cfg: ModelConfig) -> tuple[list, Callable[[int, np.ndarray], np.ndarray]]:
+    """The labels of the sublayers from the first one up, and backward(j, G): the (j + 1)-th sublayer's map of the
+    gradient covariance G over positions at its output to that at its input (`causal.position_bwd` on the forward
+    per pair of positions)."""
+    labels, chain = model_chain(build_model(cfg, device="meta"), L, 1 / VOCAB)
+    states, per, inner, spreads = causal.position_forward(chain, [Moments(0.0, 1.0, 0.0)], L)
+    first = next(i for i, lab in enumerate(labels) if lab is not None and lab[0] == 1)
+
+    def backward(j: int, G: np.ndarray) -> np.ndarray:
+        k = first + j
+        return causal.position_bwd(chain[k], states[k], G, per[k], inner[k], spreads[k])
+    return labels[first:], backward
+
+
 def local(layers: int, width: int, networks: int) -> None:
     """Each bottom sublayer's map fed the measured gradient covariance at its output."""
     cfg = config(layers, width)
@@ -98,16 +113,14 @@ def local(layers: int, width: int, networks: int) -> None:
     for s in progress(range(networks), desc="local"):
         torch.manual_seed(s)
         G = G + _covariances(build_model(cfg).double(), tokens(cfg, s), s, width) / networks
-    labels, chain = model_chain(build_model(cfg, device="meta"), L, 1 / VOCAB)
-    states, per, inner, spreads = causal.position_forward(chain, [Moments(0.0, 1.0, 0.0)], L)
-    first = next(i for i, lab in enumerate(labels) if lab is not None and lab[0] == 1)     # the first sublayer
+    labels, backward = _bottom_maps(cfg)
     print(f"\nlocal: {layers} layers, width {width}, {networks} networks\n\n"
           "| sublayer | gain measured | gain of its map | error |\n|---|---|---|---|")
     for j in range(1, 2 * BOTTOM + 1):
-        k = first + j - 1
-        g_in = causal.position_bwd(chain[k], states[k], G[j], per[k], inner[k], spreads[k])
+        g_in = backward(j - 1, G[j])
         measured, mapped = np.trace(G[j - 1]) / np.trace(G[j]), np.trace(g_in) / np.trace(G[j])
-        print(f"| {labels[k][0]} {labels[k][1]} | {measured:.3f} | {mapped:.3f} | {mapped / measured - 1:+.1%} |")
+        layer, sublayer = labels[j - 1]
+        print(f"| {layer} {sublayer} | {measured:.3f} | {mapped:.3f} | {mapped / measured - 1:+.1%} |")
 
 
 def _first_pass(cfg: ModelConfig, seed: int) -> tuple[np.ndarray, float]:
@@ -152,10 +165,7 @@ def first(widths: tuple[int, ...], networks: int) -> None:
         runs = [_first_pass(cfg, s) for s in progress(range(networks), desc=f"first, width {width}")]
         measured = float(np.mean([np.trace(g) for g, _ in runs])) / L
         align = np.array([a for _, a in runs])
-        labels, chain = model_chain(build_model(cfg, device="meta"), L, 1 / VOCAB)
-        states, per, inner, spreads = causal.position_forward(chain, [Moments(0.0, 1.0, 0.0)], L)
-        k = next(i for i, lab in enumerate(labels) if lab is not None and lab[0] == 1)
-        mapped = np.trace(causal.position_bwd(chain[k], states[k], np.eye(L), per[k], inner[k], spreads[k])) / L
+        mapped = np.trace(_bottom_maps(cfg)[1](0, np.eye(L))) / L
         print(f"| {width} | {measured:.2f} | {mapped:.2f} | {mapped / measured - 1:+.1%} | {align.mean():.2f} "
               f"({align.std(ddof=1) / np.sqrt(networks):.2f}) |")
 
