@@ -65,7 +65,7 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
     ("encdec", "preln"), ("encdec", "dslm-preln"),
     pytest.param("encdec", "postln", marks=_xfail(
         "too noisy to test the bar: the gradient's Monte-Carlo s.e. is 3.6% over 256 networks, above bar/3 (the "
-        "collapsed causal Post-LN decoder's per-network gradient is heavy-tailed); median error 3.9%")),
+        "collapsed causal Post-LN decoder's per-network gradient is heavy-tailed); median error 5.3%")),
     ("vit", "postln"), ("vit", "dslm-preln"),
 ])
 def test_predicted_matches_measured(arch: str, name: str, measured, median_error) -> None:

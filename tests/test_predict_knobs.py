@@ -67,10 +67,11 @@ KNOBS: dict[str, list[dict]] = {
     "admin_mode": [dict(scheme="admin", admin_mode="constant")],
 }
 GAPS = {
-    "arch-1": "encoder–decoder: gradient 6.6 % (median), the encoder's 10–16 % low at every layer, fed by the cross "
+    "arch-1": "encoder–decoder: gradient 6.2 % (median), the encoder's 10–15 % low at every layer, fed by the cross "
               "sublayers' memory gradient through the encoder's final norm, whose size covaries with the token's "
               "1/σ², which the maps take as independent (bench/encdec_gradient.py, docs/moments.md); the decoder's "
-              "bottom blocks 4–9 % low (its cross-attention keeps the chain out of the forward per pair)",
+              "bottom blocks 5–8 % low, as a Pre-LN decoder's first blocks at this width, each sublayer's backward "
+              "map 0.2–2.4 % low there",
     "n_dec_layers-0": "encoder–decoder with one decoder block: gradient 6.0 % (median), the encoder's gradient "
                       "6–11 % low, as for arch-1",
 }

@@ -88,8 +88,13 @@ averaged over the finite-width logit-scale fluctuations like `Attention`.
   (B the branch's C, uncorrelated with its input at init), normalizes each position (entry (j, k) over
   √(Z_jj Z_kk)) and shifts every correlation by the exchangeable map's O(1/d) correction (so a uniform C gives
   `PostNormResidual.fwd` back); its norm's backward then reads each row's branch variance from B's diagonal.
+  Cross-attention (`QueryView`) is tokenwise over the decoder's positions: row i's output reads its own query
+  and the memory only, so a pair's covariance is the exchangeable map's at that pair's query correlation (the
+  memory shared by both rows, as that map takes it) and a position's variance the map's at its own; it joins the
+  runs of tokenwise maps. (A 3-block Pre-LN encoder–decoder, width 32, 16 tokens, 1500 networks: the decoder's
+  token correlation within 0.008 in its upper two blocks, against 0.012–0.014 with the exchangeable forward.)
   Covered (`pairs_cover`): an embedding, then tokenwise maps and residual or Post-LN sublayers whose branches
-  hold tokenwise maps and standard causal attention; any other chain (shaped attention, RoPE, cross-attention)
+  hold tokenwise maps, cross-attention and standard causal attention; any other chain (shaped attention, RoPE)
   keeps the per-position variances of `position_fwd`.
   Monte Carlo: tests/test_moments_causal.py (the mixing P against sampled causal rows; a norm-free stack per
   position), the knob test of `predict` (tests/test_predict_knobs.py) and bench/pair_forward.py (Pre-LN, Post-LN,
@@ -114,6 +119,7 @@ import torch
 
 from .attention import Attention, row_profiles
 from .blocks import Serial, parts, serial
+from .cross_attention import QueryView
 from .dropout import Dropout
 from .embedding import Embedding
 from .gated import GatedMLP
@@ -127,7 +133,8 @@ from .tables import key_counts
 
 _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1.0)
 PAIR_NODES = 3          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
-_TOKENWISE = (Linear, Dropout, LayerNorm, RMSNorm, GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth, GatedMLP)
+_TOKENWISE = (Linear, Dropout, LayerNorm, RMSNorm, GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth, GatedMLP,
+              QueryView)     # maps acting on each position alone (`QueryView` with the memory fixed)
 
 
 @lru_cache(maxsize=8)
@@ -367,8 +374,8 @@ def _standard_causal(c: Component) -> bool:
 
 def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> bool:
     """Whether `pair_forward` traces this chain: an `Embedding`, then tokenwise maps and `Residual` or
-    `PostNormResidual` sublayers whose branches hold only tokenwise maps and standard causal attention, over L ≥ 2
-    positions."""
+    `PostNormResidual` sublayers whose branches hold only tokenwise maps (cross-attention among them) and standard
+    causal attention, over L ≥ 2 positions."""
     def covered(c: Component) -> bool:
         if isinstance(c, (Residual, PostNormResidual)):
             return all(isinstance(q, _TOKENWISE) or _standard_causal(q) for q in parts(c.branch))
