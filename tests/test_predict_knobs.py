@@ -70,8 +70,7 @@ GAPS = {
     "arch-1": "encoder–decoder: gradient 6.2 % (median), the encoder's 10–15 % low at every layer, fed by the cross "
               "sublayers' memory gradient through the encoder's final norm, whose size covaries with the token's "
               "1/σ², which the maps take as independent (bench/encdec_gradient.py, docs/moments.md); the decoder's "
-              "bottom blocks 5–8 % low, as a Pre-LN decoder's first blocks at this width, each sublayer's backward "
-              "map 0.2–2.4 % low there",
+              "bottom blocks 5–8 % low, as a plain Pre-LN decoder's first block is at this width (4–6 %)",
     "n_dec_layers-0": "encoder–decoder with one decoder block: gradient 6.0 % (median), the encoder's gradient "
                       "6–11 % low, as for arch-1",
 }
