@@ -24,6 +24,8 @@ ids, vocab 256, 64 tokens, 4 heads, network s seeded with s, one sequence each):
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -37,6 +39,9 @@ from sigprop.models import ModelConfig, build_model, predict
 from sigprop.models.predict import model_chain
 from sigprop.nn import Sublayer
 from sigprop.theory.moments import Moments, causal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import shared_keys_on_every_pair  # noqa: E402
 
 L, VOCAB, BOTTOM = 64, 256, 6
 
@@ -55,7 +60,7 @@ def stack(layers: int, width: int, networks: int) -> None:
     cfg = config(layers, width)
     pred = [r.grad_var for r in predict(cfg, seq_len=L, token_collision=1 / VOCAB)]
     shared_keys = causal._shared_keys
-    causal._shared_keys = lambda G, n, c: c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
+    causal._shared_keys = shared_keys_on_every_pair
     try:
         every_pair = [r.grad_var for r in predict(cfg, seq_len=L, token_collision=1 / VOCAB)]
     finally:

@@ -7,7 +7,9 @@ torchrun (`torchrun`), the check of one AdamW step against the per-parameter rul
 (`grads_as_found`), and tiny randomly initialized transformers models (`gpt2`, `bert`, `llama`) with their
 logits in one pass (`logits`) and token by token through the KV cache (`cached_logits`). transformers is
 imported by the model helpers only, so this module imports without it.
-`block_series_hyp2f1`: the reference series of the norms' ₂F₁, summed in blocks only."""
+`block_series_hyp2f1`: the reference series of the norms' ₂F₁, summed in blocks only.
+`shared_keys_on_every_pair`: the causal V path's same-key excess put on every pair of keys, the counterfactual to
+`sigprop.theory.moments.causal._shared_keys`."""
 import inspect
 import math
 import os
@@ -21,6 +23,7 @@ import pytest
 import torch
 
 from sigprop.diagnostics.measure import output_tensor
+from sigprop.theory.moments import causal
 from sigprop.train import Callback, read_jsonl
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -138,6 +141,13 @@ def block_series_hyp2f1(a: float, b: float, c: float, z: float) -> float:
 
 HF_VOCAB = 256                  # the vocabulary of the tiny transformers models below
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def shared_keys_on_every_pair(G: np.ndarray, n: np.ndarray, c: float) -> np.ndarray:
+    """c·Uᵀ G_off U (G_off: G without its diagonal): two causal rows' same-key weight covariance c put on every pair
+    of keys they read, without the −c/(n − 1) each row's sum to 1 puts on two different shared keys
+    (`causal._shared_keys`, same signature, which this replaces to show what that compensation holds)."""
+    return c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
 
 
 def gpt2(layers: int, d: int = 32, **kw) -> torch.nn.Module:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import shared_keys_on_every_pair
 from sigprop.models import ModelConfig, build_model
 from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.theory.moments import Attention, Dropout, LayerNorm, Moments, PostNormResidual, Residual, causal, serial
@@ -347,8 +348,7 @@ def test_rows_sharing_a_key_carry_correlated_gradients(post: bool, monkeypatch: 
     assert abs(pred.mean() / emp.mean() - 1) < 0.025, pred.mean() / emp.mean()
     assert se_between < 0.01 * emp_between                          # measured: 0.6 %
     assert abs(between(full) / emp_between - 1) < 0.02, between(full) / emp_between
-    every_pair = lambda G, n, c: c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
-    monkeypatch.setattr(causal, "_shared_keys", every_pair)
+    monkeypatch.setattr(causal, "_shared_keys", shared_keys_on_every_pair)
     assert between(sublayer_bwd(sub, C, G)) / emp_between > 1.04
     monkeypatch.setattr(causal, "row_pair_excess", lambda pairs: 0.0)
     independent = np.diag(sublayer_bwd(sub, C, G))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import block_series_hyp2f1
+from helpers import block_series_hyp2f1, shared_keys_on_every_pair
 from sigprop.diagnostics import measure
 from sigprop.diagnostics.commands import DiagnoseConfig, diagnose_main, predict_main, random_batch
 from sigprop.models import ModelConfig, build_model
@@ -250,8 +250,7 @@ def test_preln_bottom_gradient_matches_measured(measured, monkeypatch: pytest.Mo
     bar = 4 * se + 0.05 * mean
     predicted = np.array([r.grad_var for r in pred[:7]])
     assert np.all(np.abs(predicted - mean) < bar), (predicted / mean - 1, se / mean)
-    monkeypatch.setattr(causal, "_shared_keys",
-                        lambda G, n, c: c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T)
+    monkeypatch.setattr(causal, "_shared_keys", shared_keys_on_every_pair)
     every_pair = np.array([r.grad_var for r in predict(ModelConfig(scheme="preln", **SIZE), token_collision=1 / 256)])
     assert np.all(every_pair[:3] - mean[:3] > bar[:3]), every_pair[:3] / mean[:3] - 1
 
