@@ -24,6 +24,7 @@ import argparse
 import numpy as np
 import torch
 
+from attention_normalized import attention
 from sigprop.console import progress
 from sigprop.diagnostics.commands import DiagnoseConfig, random_batch
 from sigprop.models import ModelConfig, build_model
@@ -78,21 +79,15 @@ def one_layer(att: Attention, c: np.ndarray, normed: bool, samples: int, seed: i
     T, d, H = len(c), att.d, att.n_heads
     gen = torch.Generator().manual_seed(seed)
     chol = torch.linalg.cholesky(torch.from_numpy(c) + 1e-9 * torch.eye(T, dtype=torch.float64))
-    chunk, dk = 500, d // H
-    pairs, mask = ~torch.eye(T, dtype=torch.bool), torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-
-    def heads(t: torch.Tensor) -> torch.Tensor:
-        return t.view(chunk, T, H, dk).transpose(1, 2)
-
+    chunk, pairs = 500, ~torch.eye(T, dtype=torch.bool)
     var, covs = 0.0, []
     for _ in range(samples // chunk):
         x = chol @ torch.randn(chunk, T, d, generator=gen, dtype=torch.float64)
         if normed:
             x = torch.nn.functional.layer_norm(x, (d,))
-        wq, wk, wv, wo = (torch.randn(chunk, d, d, generator=gen, dtype=torch.float64) * v ** 0.5
-                          for v in (att.q_var, att.k_var, att.v_var, att.o_var))
-        logits = (heads(x @ wq) @ heads(x @ wk).transpose(-1, -2) / dk ** 0.5).masked_fill(mask, float("-inf"))
-        y = (logits.softmax(-1) @ heads(x @ wv)).transpose(1, 2).reshape(chunk, T, d) @ wo
+        weights = tuple(torch.randn(chunk, d, d, generator=gen, dtype=torch.float64) * v ** 0.5
+                        for v in (att.q_var, att.k_var, att.v_var, att.o_var))
+        y = attention(x, x, x, weights, H, causal=True)
         gram = y @ y.transpose(-1, -2) / d
         var += float(gram.diagonal(dim1=-2, dim2=-1).mean())
         covs.append(float(gram[:, pairs].mean()))

@@ -52,6 +52,23 @@ COVARIANCE = [(64, 16, 0.0, False), (64, 16, 0.3, False), (64, 16, 0.6, False), 
 GRADIENT = Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)     # at the layer's output, independent of it
 
 
+def attention(xq: torch.Tensor, xk: torch.Tensor, xv: torch.Tensor, weights: tuple[torch.Tensor, ...], heads: int,
+              causal: bool) -> torch.Tensor:
+    """Multi-head attention of (S, T, d) tokens with per-sample weights (S, d, d) ``weights`` = (W_q, W_k, W_v, W_o):
+    queries from ``xq``, keys from ``xk``, values from ``xv`` (the same tensor, or detached copies to keep one
+    path's gradient), logits over √d_k, causal rows masked; (S, T, d)."""
+    s, t, d = xq.shape
+    wq, wk, wv, wo = weights
+
+    def split(x: torch.Tensor) -> torch.Tensor:
+        return x.view(s, t, heads, d // heads).transpose(1, 2)
+
+    logits = split(xq @ wq) @ split(xk @ wk).transpose(-1, -2) / (d // heads) ** 0.5
+    if causal:
+        logits = logits.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    return (logits.softmax(-1) @ split(xv @ wv)).transpose(1, 2).reshape(s, t, d) @ wo
+
+
 def measured(d: int, T: int, r: float, normed: bool, causal: bool = False, backward: bool = False, seed: int = 0
              ) -> dict[str, float]:
     """Over ``SAMPLES`` layers (bidirectional or causal rows): the output's mean square ("var") and the mean
@@ -63,13 +80,10 @@ def measured(d: int, T: int, r: float, normed: bool, causal: bool = False, backw
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
-    chunk, dk = 500, d // H
+    chunk = 500
     paths = ("all", "V", "Q", "K") if backward else ("all",)
     total = dict.fromkeys(("all", "V", "Q", "K") if backward else ("var", "cov"), 0.0)
     pairs = ~torch.eye(T, dtype=torch.bool)
-
-    def heads(t: torch.Tensor) -> torch.Tensor:
-        return t.view(chunk, T, H, dk).transpose(1, 2)
 
     for _ in range(SAMPLES // chunk):
         x0 = r ** 0.5 * randn(chunk, 1, d) + (1 - r) ** 0.5 * randn(chunk, T, d)
@@ -80,10 +94,7 @@ def measured(d: int, T: int, r: float, normed: bool, causal: bool = False, backw
         for path in paths:
             x = x0.clone().requires_grad_(backward)
             xq, xk, xv = (x if path in ("all", p) else x.detach() for p in ("Q", "K", "V"))
-            logits = heads(xq @ wq) @ heads(xk @ wk).transpose(-1, -2) / dk ** 0.5
-            if causal:
-                logits = logits.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-            o = (logits.softmax(-1) @ heads(xv @ wv)).transpose(1, 2).reshape(chunk, T, d) @ wo
+            o = attention(xq, xk, xv, (wq, wk, wv, wo), H, causal)
             if g is None:
                 gram = o @ o.transpose(-1, -2) / d
                 total["var"] += float(gram.diagonal(dim1=-2, dim2=-1).mean()) * chunk
