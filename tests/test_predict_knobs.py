@@ -40,7 +40,9 @@ KNOBS: dict[str, list[dict]] = {
     "max_seq_len": [dict(max_seq_len=32)],
     "scheme": [dict(scheme=s) for s in ("postln", "vanilla", "shaped", "dslm", "deepnorm", "gpt2", "depth_mup",
                                         "completep", "admin")],
-    "norm_placement": [dict(scheme="dslm", norm_placement="post")],
+    "norm_placement": [dict(scheme="dslm", norm_placement="post"),
+                       *(dict(norm_placement="sandwich", n_layers=n) for n in (8, 48)),      # Gemma 2, Peri-LN
+                       *(dict(scheme="completep", base_depth=1, norm_placement="out", n_layers=n) for n in (8, 48))],
     "norm_type": [dict(norm_type="rmsnorm")],
     "activation": [dict(activation="gelu"), dict(activation="shaped_relu")],
     "dropout": [dict(dropout=0.2)],

@@ -66,7 +66,7 @@ USED_ONLY_BY: dict[str, tuple[str, Callable[[ModelConfig], bool]]] = {
     "vocab_size": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
     "max_seq_len": ("token models (arch decoder, encoder, encdec)", lambda c: c.arch != "vit"),
     "n_dec_layers": ("arch 'encdec'", lambda c: c.arch == "encdec"),
-    "norm_type": ("models with a norm (norm_placement 'pre' or 'post')", lambda c: c.norm_placement != "none"),
+    "norm_type": ("models with a norm (norm_placement other than 'none')", lambda c: c.norm_placement != "none"),
     "tau0": ("shaped attention (scheme 'shaped')", _shaped_attention),
     "qk_scaling": ("shaped attention (scheme 'shaped')", _shaped_attention),
     "c_plus": ("the shaped ReLU (scheme 'shaped' or activation 'shaped_relu')", _shaped_relu),
@@ -100,7 +100,8 @@ class ModelConfig:
     max_seq_len: int = 128            # longest sequence (learned position table size)
     scheme: str = "preln"             # preln | postln | vanilla | shaped | dslm | deepnorm | depth_mup | completep
     #                                   | gpt2 | admin
-    norm_placement: str | None = None  # pre | post | none: each sublayer's norm; None → the scheme's default
+    norm_placement: str | None = None  # pre | post | none | out (x + N(f(x))) | sandwich (x + N₂(f(N₁(x)))): each
+    #                                    sublayer's norms; None → the scheme's default
     norm_type: str = "layernorm"      # layernorm | rmsnorm
     activation: str = "relu"          # relu | gelu | shaped_relu (scheme "shaped" always shapes)
     dropout: float = 0.0              # on every residual branch and the embeddings, in [0, 1)

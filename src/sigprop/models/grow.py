@@ -17,8 +17,11 @@ Modes:
   zero, so its branches add exactly 0. A sigprop sublayer is then the identity only if nothing else
   touches the stream: with the norm after the add (Post-LN, DeepNorm) ``N(αx)`` ≠ x, so such models
   are refused; a skip weight α ≠ 1 (DSLM's λ, the Shaped Transformer's λ) is set to exactly 1 in the
-  new blocks (their β is the neighbour's), which makes them the identity. The function, and so every
-  logit, is unchanged; the new blocks start learning through the zeroed projections' gradients.
+  new blocks (their β is the neighbour's), which makes them the identity. With a norm on the branch output
+  (placements "out", "sandwich") a zeroed projection would feed that norm a zero vector (its output the
+  shift, its Jacobian 1/√ε), so there the norm's gain and shift are zeroed instead and the projections
+  kept: N(f)·0 + 0 = 0. The function, and so every logit, is unchanged; the new blocks start learning
+  through the zeroed parameters' gradients.
 * ``copy``: each new block is an exact copy of its neighbour (its residual weights included); the
   function changes.
 * ``dslm``: for a model of scheme ``dslm`` only. The new blocks are those of a fresh model of the new
@@ -46,6 +49,7 @@ from torch import nn
 
 from ..console.errors import UserError
 from ..nn import Block
+from ..nn.block import OUTPUT_NORMED
 from ..nn.roles import set_init_std, tag_site
 from ..schemes import Site
 from .build import build_model
@@ -143,6 +147,17 @@ def _zero_projection(linear: nn.Module) -> None:
         linear.bias.zero_()
 
 
+@torch.no_grad()
+def _zero_branch(sub: nn.Module, kind: str) -> None:
+    """Make a sigprop sublayer's branch add exactly 0: zero its output norm's affine parameters where it has one
+    (module docstring), else its output projection."""
+    if sub.placement in OUTPUT_NORMED:
+        for p in sub.out_norm.parameters():
+            p.zero_()
+    else:
+        _zero_projection(getattr(sub.fn, OUTPUT_PROJECTIONS[kind]))
+
+
 def _sublayers(block: Block) -> list[tuple[str, nn.Module]]:
     return [(kind, getattr(block, kind)) for kind in SUBLAYERS if getattr(block, kind) is not None]
 
@@ -175,7 +190,7 @@ def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: st
             block = tagged_copy(grown.stack.blocks[slot.source])
             if mode == "identity":
                 for kind, sub in _sublayers(block):
-                    _zero_projection(getattr(sub.fn, OUTPUT_PROJECTIONS[kind]))
+                    _zero_branch(sub, kind)
                     with torch.no_grad():
                         sub.residual.alpha.fill_(1.0)
         tag_site(block, stack, j)

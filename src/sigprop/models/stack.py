@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..nn import MLP, Attention, Block, ShapedAttention, Sublayer, make_activation, make_norm
+from ..nn.block import INPUT_NORMED, OUTPUT_NORMED
 from ..nn.maps import component_of
 from ..nn.roles import tag_site
 from ..schemes import Scheme, Site, get_scheme
@@ -27,7 +28,8 @@ def make_attention(cfg: ModelConfig, scheme: Scheme, causal: bool, self_attentio
 
 
 class Stack(nn.Module):
-    """``n`` blocks of stack ``name`` ("enc" | "dec"), plus a final norm for Pre-LN placements.
+    """``n`` blocks of stack ``name`` ("enc" | "dec"), plus a final norm unless the norms sit after the add
+    ("post") or nowhere ("none"): Pre-LN, "out" (OLMo 2) and "sandwich" (Gemma) stacks end with one.
 
     x: (B, T, d) -> (B, T, d). With ``activation_checkpointing`` set, a training forward keeps
     only each block's input and recomputes the block in backward (non-reentrant
@@ -44,9 +46,10 @@ class Stack(nn.Module):
 
         def sublayer(fn: nn.Module, layer: int, kind: str) -> Sublayer:
             alpha, beta = scheme.residual(cfg, Site(name, layer, kind))
-            norm = None if placement == "none" else make_norm(cfg.norm_type, cfg.d_model)
+            norm = make_norm(cfg.norm_type, cfg.d_model) if placement in (*INPUT_NORMED, "post") else None
+            out_norm = make_norm(cfg.norm_type, cfg.d_model) if placement in OUTPUT_NORMED else None
             sub = Sublayer(fn, norm, placement, alpha, beta, cfg.dropout, cfg.learn_residual,
-                           cfg.d_model if scheme.channel_residual else None)
+                           cfg.d_model if scheme.channel_residual else None, out_norm)
             sub.site = Site(name, layer, kind)          # read by sigprop.diagnostics
             return sub
 
@@ -61,11 +64,12 @@ class Stack(nn.Module):
             tag_site(block, name, layer)
             blocks.append(block)
         self.blocks = nn.ModuleList(blocks)
-        self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if placement == "pre" else nn.Identity()
+        final = placement not in ("post", "none")
+        self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if final else nn.Identity()
 
     @property
     def placement(self) -> str:
-        """Where the sublayers' norms sit: "pre", "post" or "none"."""
+        """Where the sublayers' norms sit: "pre", "post", "none", "out" or "sandwich" (`sigprop.nn.block`)."""
         return self.blocks[0].attn.placement
 
     def moment_chain(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None

@@ -139,17 +139,19 @@ class ViT(nn.Module):
         """Patch embedding (N(0, 1) pixels) and dropout, the stack over T = 1 + patches tokens, then the head
         on the class token only (`ClassToken`).
 
-        Refused (NotImplementedError) for Pre-LN blocks whose class token starts at another variance than the
-        patch tokens (every scheme but DSLM): the head's gradient lands on the class token alone, and the
-        residual stream keeps that token's own variance σ², by which each of its Pre-LN norms divides its
-        gradient; the token-averaged maps see the mean variance instead, and miss the gradient by up to 29 %
+        Refused (NotImplementedError) for blocks with a final norm (placements "pre", "out", "sandwich") whose
+        class token starts at another variance than the patch tokens (every scheme but DSLM): the head's gradient
+        lands on the class token alone, and the residual stream keeps that token's own variance σ², by which each
+        norm on the stream (the Pre-LN ones, the final one) divides its gradient; the token-averaged maps see the
+        mean variance instead, and miss the gradient by up to 29 %
         (91 % at the embedding; docs/moments.md). A Post-LN block renormalizes every token, so the mismatch
         ends at the first sublayer (measured within 1 %)."""
         emb = self.embed.moment_map()
         cls, patch = emb.token_vars
-        if self.stack.placement == "pre" and not math.isclose(cls, patch, rel_tol=1e-9):
+        if self.stack.placement not in ("post", "none") and not math.isclose(cls, patch, rel_tol=1e-9):
             raise NotImplementedError(
-                f"arch 'vit' with Pre-LN blocks and a class token of variance {cls:.3g} against {patch:.3g} for a "
+                f"arch 'vit' with norm_placement {self.stack.placement!r} (a final norm) and a class token of variance "
+                f"{cls:.3g} against {patch:.3g} for a "
                 f"patch token (scheme {self.cfg.scheme!r}) has no exact moment map: the class token alone carries "
                 "the head's gradient, and its norms scale it by its own 1/σ², which the token-averaged maps do not "
                 "follow; equal token variances (scheme 'dslm') or Post-LN blocks are predicted")

@@ -1,9 +1,12 @@
 """Residual sublayers and transformer blocks; the norm placement and α, β come from the scheme.
 
 Sublayer (one residual site), with D = dropout:
-  pre:  x ← α x + β D(f(N(x)))
-  post: x ← N(α x + β D(f(x)))
-  none: x ← α x + β D(f(x))
+  pre:      x ← α x + β D(f(N(x)))
+  post:     x ← N(α x + β D(f(x)))
+  none:     x ← α x + β D(f(x))
+  out:      x ← α x + β D(N(f(x)))          a norm on the branch output (OLMo 2, arXiv 2501.00656)
+  sandwich: x ← α x + β D(N₂(f(N₁(x))))     norms on the branch input and output (Gemma 2, arXiv 2408.00118;
+                                            Peri-LN, Kim et al. 2025, arXiv 2502.02732)
 Block: self-attention sublayer, optional cross-attention sublayer, MLP sublayer.
 """
 from __future__ import annotations
@@ -20,28 +23,36 @@ from .attention import Attention
 from .maps import component_of
 from .residual import Residual
 
-PLACEMENTS = ("pre", "post", "none")
+PLACEMENTS = ("pre", "post", "none", "out", "sandwich")
+INPUT_NORMED = ("pre", "sandwich")        # a norm N (N₁) on the branch input
+OUTPUT_NORMED = ("out", "sandwich")       # a norm N (N₂) on the branch output, before dropout and the add
 
 
 class Sublayer(nn.Module):
-    """Wraps ``fn`` with its norm, residual scaling and dropout; ``residual_width``: a per-channel trainable α
-    (`Residual`'s ``width``)."""
+    """Wraps ``fn`` with its norms, residual scaling and dropout. ``norm``: the norm on the branch input ("pre",
+    "sandwich") or after the add ("post"); ``out_norm``: the norm on the branch output ("out", "sandwich");
+    ``residual_width``: a per-channel trainable α (`Residual`'s ``width``)."""
 
     def __init__(self, fn: nn.Module, norm: nn.Module | None, placement: str, alpha: float,
                  beta: float, dropout: float = 0.0, learn_residual: bool = False,
-                 residual_width: int | None = None) -> None:
+                 residual_width: int | None = None, out_norm: nn.Module | None = None) -> None:
         super().__init__()
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        if (norm is None) != (placement == "none"):
-            raise ValueError(f"placement {placement!r} needs {'no ' if placement == 'none' else 'a '}norm")
-        self.fn, self.norm, self.placement = fn, norm, placement
+        for name, module, needed in (("norm", norm, placement in INPUT_NORMED or placement == "post"),
+                                     ("out_norm", out_norm, placement in OUTPUT_NORMED)):
+            if (module is not None) != needed:
+                raise ValueError(f"placement {placement!r} needs {'a' if needed else 'no'} {name}")
+        self.fn, self.norm, self.out_norm, self.placement = fn, norm, out_norm, placement
         self.residual = Residual(alpha, beta, learn_residual, residual_width)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        h = self.norm(x) if self.placement == "pre" else x
-        y = self.residual(x, self.drop(self.fn(h, *args, **kwargs)))
+        h = self.norm(x) if self.placement in INPUT_NORMED else x
+        f = self.fn(h, *args, **kwargs)
+        if self.out_norm is not None:
+            f = self.out_norm(f)
+        y = self.residual(x, self.drop(f))
         return self.norm(y) if self.placement == "post" else y
 
 
@@ -49,6 +60,9 @@ class Sublayer(nn.Module):
                    first: bool = False, last: bool = False) -> Component:
         """This residual site's moment map over ``L`` tokens (``memory``: see `Attention.moment_map`):
           pre:  Residual(α, β, N · f · D);   none: Residual(α, β, f · D);
+          out:  Residual(α, β, f · N · D);   sandwich: Residual(α, β, N₁ · f · N₂ · D): a norm on the branch
+                output is its map on f's output moments (variance 1, correlation its mean cosine; backward ÷ f's
+                variance), exact as for a norm on the stream;
           post: PostNormResidual(α, β, f · D) with the norm's O(1/d) effects (`sigprop.theory.moments.postnorm`):
                 its input is a previous norm's output unless ``first`` (the stack's first site), and the
                 ``last`` site's gradient comes through a random linear map (the head), whose alignment with
@@ -56,11 +70,12 @@ class Sublayer(nn.Module):
         α, β are the residual's current values; f reads its own weights (`sigprop.nn.maps`)."""
         alpha, beta = self.residual.values()
         fn = self.fn.moment_map(L, memory, memory_len) if isinstance(self.fn, Attention) else self.fn.moment_map()
-        branch = [*parts(fn), component_of(self.drop, "sublayer dropout")]
-        if self.placement == "none":
+        out = [] if self.out_norm is None else [component_of(self.out_norm, "branch output norm")]
+        branch = [*parts(fn), *out, component_of(self.drop, "sublayer dropout")]
+        if self.norm is None:
             return ResidualMap(alpha, beta, serial(*branch))
         norm = component_of(self.norm, "sublayer norm")
-        if self.placement == "pre":
+        if self.placement in INPUT_NORMED:
             return ResidualMap(alpha, beta, serial(norm, *branch))
         centered = isinstance(norm, LayerNormMap)
         return PostNormResidual(alpha, beta, serial(*branch), norm.d, centered, normalized_input=not first,

@@ -10,6 +10,10 @@ arXiv 2310.02244, and Bordelon et al., ICLR 2024, arXiv 2309.16620). The init is
   α = ½  depth-μP (Yang et al. TP-VI; Bordelon et al.)     scheme "depth_mup"
   α = 1  CompleteP (Dey et al.)                             scheme "completep"
 
+Placements: "pre" (the default), and "out" and "sandwich" (a norm on each branch's output, `sigprop.nn.block`):
+the multiplier stays on the branch, after its last norm, so the branch sum still has variance
+Σ (L₀/L)^{2α}·σ²_f with σ²_f = 1 exactly.
+
 Invariant: after an Adam step every branch moves its output by ~η_L (each weight entry moves by
 its learning rate), so the stream at the last block moves by ~L·(L₀/L)^α·η(L/L₀)^{α−1} = L₀·η:
 the change of the features is depth-independent (checked by tests/test_coord_check.py), while
@@ -33,7 +37,7 @@ def depth_ratio(cfg: Any, stack: str) -> float:
 class AlphaScheme(Scheme):
     """Pre-LN with branch multiplier (L₀/L)^α; subclasses fix α."""
 
-    norm_placements = ("pre",)
+    norm_placements = ("pre", "out", "sandwich")
     alpha: ClassVar[float]
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:

@@ -22,6 +22,10 @@ add the token-specific part at finite and causal length. r₀ = (1−p)·r_emb, 
 same token)/T under a Zipf unigram law, 0 for a ViT (patches of independent pixels; real images are correlated:
 set ``dslm_r0``), which also attends over its 1 + (image/patch)² tokens rather than max_seq_len
 (`ModelConfig.n_tokens`).
+
+Placements "pre" and "post" only: the V/O rule above is a correlation recursion through Pre-LN or Post-LN
+blocks; with a norm on the branch output ("out", "sandwich") every branch has unit variance whatever V and O,
+so the rule would set nothing it claims.
 """
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ per weight, so the residual-stream variance added by all blocks, Σ_l 2·d·0.02
 does not grow with L at init (it is that of one branch without the 1/√(2L)). The std is fixed, not
 width-aware: 0.02 ≈ 1/√d only near d = 2500 (GPT-2's widths 768–1600 are close to it; at width 64 it
 is 8× smaller than 1/√d), which is why this baseline is worth comparing as it is used.
+
+Placement "pre" only: a norm on the branch output ("out", "sandwich") would undo the 1/√(2L) of the output
+projections, the one rule this scheme adds to a plain Pre-LN init.
 """
 from __future__ import annotations
 
