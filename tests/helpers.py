@@ -65,8 +65,8 @@ def free_port() -> int:
 
 def torchrun(tmp_path: Path, config: str, sets: list[str], timeout_s: float = 300) -> None:
     """`sigprop train` of the shipped ``configs/CONFIG.toml`` with ``sets`` on 2 gloo ranks under torchrun. On a
-    timeout (e.g. a collective one rank never enters) torchrun is terminated, which stops its ranks (killing it
-    would leave them running), and the test fails."""
+    timeout (e.g. a collective one rank never enters) torchrun is terminated, which stops its ranks, and the test
+    fails."""
     script = tmp_path / "entry.py"
     script.write_text("import sys\nfrom sigprop.train import train_main\nsys.exit(train_main(sys.argv[1:]))\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",

@@ -151,7 +151,7 @@ def test_signal_saves_checkpoint_and_exits_cleanly(tmp_path, sig):
         time.sleep(0.1)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 128 + sig, err
     assert f"stopped ({sig.name})" in err and "Traceback" not in err
     last = read_jsonl(metrics, "train")[-1]["step"]
     assert list_checkpoints(tmp_path / "checkpoints")[-1].name == f"step_{last:08d}.json"

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
+import signal
 import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail
+from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail, one_line
+from .console.stopping import Stopped, exit_code, stop_on_signals
 from .models import ModelConfig, build_model
 from .schemes import SCHEMES
 from .table import Table
@@ -79,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo", help="output folder (report.html, demo.json, one folder per part)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run (seconds)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes for the parts (default: 2, or 1 with --quick; 1 = in this process)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the parts an interrupted demo in --out finished (same size and seed) and run the rest")
     add_progress_flag(p)
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("reproduce", help="run a paper claim's experiment (JSON + PNG + Markdown)")
@@ -99,7 +106,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .experiments import demo
 
     Path(args.out).mkdir(parents=True, exist_ok=True)     # an unwritable --out fails now, not after the work
-    demo.run(args.out, quick=args.quick, seed=args.seed, show_progress=args.progress)
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: must be at least 1")
+    try:
+        demo.run(args.out, quick=args.quick, seed=args.seed, show_progress=args.progress, jobs=args.jobs,
+                 resume=args.resume)
+    except KeyboardInterrupt as e:
+        again = shlex.join(["sigprop", "demo", "--out", args.out, "--seed", str(args.seed), "--resume",
+                            *(["--quick"] if args.quick else []), *(["--jobs", str(args.jobs)] if args.jobs else [])])
+        raise Stopped(getattr(e, "signum", signal.SIGINT), f"interrupted; the finished parts are kept in "
+                      f"{Path(args.out) / demo.PARTS}; continue with: {again}") from None
     return EXIT_OK
 
 
@@ -114,7 +130,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         out = Path(args.out) / name
-        reproduce(name, out, args.quick, args.set, show_progress=args.progress)
+        try:
+            reproduce(name, out, args.quick, args.set, show_progress=args.progress)
+        except KeyboardInterrupt as e:
+            raise Stopped(getattr(e, "signum", signal.SIGINT), f"interrupted in {name}; its finished training runs "
+                          f"are kept in {out} and the same command continues from them") from None
         print(f"{name}: wrote {out}")
     if collect(args.out, list(EXPERIMENTS), args.docs):
         print(f"results: {Path(args.out) / 'RESULTS.md'}")
@@ -124,19 +144,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. A user error (`sigprop.console.UserError`: a bad value, a bad command line, a missing
     optional package; or an OSError: a missing or unreadable file, an unwritable output) exits 2 with one line
-    on stderr; any other exception is a bug in sigprop and propagates with its traceback (exit 1). A deprecated
+    on stderr; SIGINT or SIGTERM stops the command as `sigprop.console.stopping` says (exit 130 or 143, with a
+    line saying what was kept and how to continue); any other exception is a bug in sigprop and propagates with
+    its traceback (exit 1). A deprecated
     name in a config file or ``--set`` (a DeprecationWarning raised inside sigprop) is shown on stderr, once."""
     warnings.filterwarnings("default", category=DeprecationWarning, module=r"sigprop(\.|$)")
     argv = list(sys.argv[1:] if argv is None else argv)
     name = argv[0] if argv else ""
-    try:
-        if name in DELEGATED:
-            module, function, _ = DELEGATED[name]
-            return getattr(importlib.import_module(module), function)(argv[1:])
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except USER_ERRORS as e:
-        return fail(f"sigprop {name}".rstrip(), e)
+    prog = f"sigprop {name}".rstrip()
+    with stop_on_signals():
+        try:
+            if name in DELEGATED:
+                module, function, _ = DELEGATED[name]
+                return getattr(importlib.import_module(module), function)(argv[1:])
+            args = build_parser().parse_args(argv)
+            return args.func(args)
+        except USER_ERRORS as e:
+            return fail(prog, e)
+        except KeyboardInterrupt as e:
+            print(f"{prog}: {one_line(e) or 'interrupted'}", file=sys.stderr)
+            return exit_code(e)
 
 
 if __name__ == "__main__":

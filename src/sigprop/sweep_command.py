@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from .console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, USER_ERRORS, Parser, add_progress_flag, fail
+from .console import EXIT_FAILED, EXIT_INVALID, EXIT_OK, USER_ERRORS, Parser, add_progress_flag, exit_code, fail
 from .train.config import RunConfig
 from .train.sweep import SweepSpec, load_spec, logged_records, run_sweep
 from .train.sweep_report import write_report
@@ -67,9 +67,9 @@ def sweep_main(argv: Sequence[str]) -> int:
             total = len(records)
     except USER_ERRORS as e:
         return fail("sigprop sweep", e)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("sigprop sweep: interrupted; finished points are in sweep.jsonl, rerun with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_code(e)
     code = _write_report(spec, records, rebuild)
     if code == EXIT_OK:
         unfinished = f" ({total - len(records)} not finished: --resume runs them)" if total > len(records) else ""

@@ -13,7 +13,7 @@ import sys
 EXIT_OK = 0            # done
 EXIT_FAILED = 1        # the job ran and failed (a NaN/Inf training loss, a failing report) or a bug (traceback)
 EXIT_INVALID = 2       # a user error: one line on stderr naming the input
-EXIT_INTERRUPTED = 130  # Ctrl-C before the job finished (128 + SIGINT)
+# stopped by a signal before the job finished: 128 + its number, 130 for SIGINT, 143 for SIGTERM (`stopping.exit_code`)
 
 
 class UserError(ValueError):

@@ -14,7 +14,9 @@
    hit (``training/advice.json`` holds each advice, the grid's losses and the command that reproduces them).
 
 The parts run as independent tasks on two worker processes with one torch thread each
-(`sigprop.train.sweep.worker_pool`, `run_parts`), so the two cores stay busy from start to end.
+(`sigprop.train.sweep.worker_pool`, `run_parts`), so the two cores stay busy from start to end. Each finished
+task's result is kept in ``out_dir/parts``: after Ctrl-C or SIGTERM (which end the workers too), ``resume``
+runs only the rest.
 
 Writes into ``out_dir``: ``report.html`` (self-contained: plots embedded), ``demo.json`` (every summary and
 curve), one subfolder per part with its own JSON/PNG/Markdown, and returns the summary table. Each part is
@@ -26,6 +28,7 @@ import concurrent.futures as cf
 import json
 import math
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,6 +40,7 @@ import matplotlib.pyplot as plt
 from tqdm.auto import tqdm
 
 from ..advice import advise
+from ..console import UserError
 from ..train.config import RunConfig, from_mapping
 from ..train.sweep import worker_pool
 from ..train.sweep_report import log_ticks
@@ -56,6 +60,7 @@ SWEPT = "Pre-LN"                                 # the model whose advised lr is
 SWEEP_LRS = {"full": (1e-3, 3e-3, 1e-2, 3e-2), "quick": (1e-3, 1e-2)}
 FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16}
 JOBS = 2                                         # worker processes for the training runs (2 cores)
+PARTS = "parts"                                  # each finished task's result, so an interrupted demo can resume
 QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
 
 
@@ -156,32 +161,61 @@ def _moments(out: Path, size: dict[str, Any], quick: bool) -> dict[str, Any]:
                             quick=quick, show_progress=False)
 
 
+def _open_parts(folder: Path, meta: dict[str, Any], resume: bool) -> dict[tuple[str, Any], Any]:
+    """The finished tasks' results kept in ``folder`` (one ``KIND-KEY.json`` each, written as the task finishes)
+    when ``resume`` and its ``meta.json`` equals ``meta`` (size, seed); otherwise ``folder`` emptied, holding
+    ``meta``. UserError for ``resume`` over a demo of another size or seed."""
+    stored = folder / "meta.json"
+    if resume and stored.exists():
+        if json.loads(stored.read_text()) != meta:
+            raise UserError(f"--resume: {folder} holds parts of a demo of another size or seed "
+                            f"({stored.read_text().strip()}); run it without --resume to start afresh")
+        docs = (json.loads(p.read_text()) for p in sorted(folder.glob("*-*.json")))
+        return {tuple(d["key"]): d["result"] for d in docs}
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    stored.write_text(json.dumps(meta))
+    return {}
+
+
+def _keep_part(folder: Path, key: tuple[str, Any], result: Any) -> None:
+    path = folder / f"{key[0]}-{_slug(str(key[1]) or 'all')}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": list(key), "result": result}))
+    tmp.replace(path)
+
+
 def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
-              show_progress: bool = True) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+              show_progress: bool = True, resume: bool = False
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`):
     every model's advice first (`advise_lr`, seconds each), the two measurements at init, the `SWEPT` model at
     each lr of its grid (`sweep_model`), and each model at its advised lr as soon as that is known
-    (`train_model`, same data, steps, batch and seed for every model). Returns (rank collapse, moments,
-    {label: run}, the advice document of `_write_advice`)."""
-    training = out / "training"
+    (`train_model`, same data, steps, batch and seed for every model). Each task's result is kept in
+    ``out/PARTS`` as it finishes; with ``resume`` the ones kept there (same size and seed) are not run again.
+    Returns (rank collapse, moments, {label: run}, the advice document of `_write_advice`)."""
+    training, folder = out / "training", out / PARTS
     grid = SWEEP_LRS["quick" if quick else "full"]
-    results: dict[tuple[str, Any], Any] = {}
-    with worker_pool(jobs) as pool, tqdm(total=2 * len(TRAIN_MODELS) + len(grid) + 2, desc="demo",
-                                         disable=not show_progress) as bar:
-        pending = {pool.submit(advise_lr, training, label, size, seed, grid if label == SWEPT else ()):
-                   ("advise", label) for label in TRAIN_MODELS}
-        pending[pool.submit(_moments, out, size, quick)] = ("moments", "")
-        pending[pool.submit(_rank_collapse, out, quick)] = ("rank", "")
-        pending |= {pool.submit(sweep_model, training, size, lr, seed): ("sweep", lr) for lr in grid}
+    results = _open_parts(folder, {"size": size, "quick": quick, "seed": seed}, resume)
+    tasks = {("advise", label): (advise_lr, training, label, size, seed, grid if label == SWEPT else ())
+             for label in TRAIN_MODELS}
+    tasks |= {("moments", ""): (_moments, out, size, quick), ("rank", ""): (_rank_collapse, out, quick)}
+    tasks |= {("sweep", lr): (sweep_model, training, size, lr, seed) for lr in grid}
+    train = lambda label: (train_model, training, label, size, results["advise", label]["lr"], seed)
+    tasks |= {("train", label): train(label) for label in TRAIN_MODELS if ("advise", label) in results}
+    with worker_pool(jobs) as pool, tqdm(total=2 * len(TRAIN_MODELS) + len(grid) + 2, initial=len(results),
+                                         desc="demo", disable=not show_progress) as bar:
+        pending = {pool.submit(*task): key for key, task in tasks.items() if key not in results}
         while pending:
             done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             for future in done:
                 key = pending.pop(future)
                 results[key] = future.result()
+                _keep_part(folder, key, results[key])
                 bar.update()
                 if key[0] == "advise":
-                    lr = results[key]["lr"]
-                    pending[pool.submit(train_model, training, key[1], size, lr, seed)] = ("train", key[1])
+                    pending[pool.submit(*train(key[1]))] = ("train", key[1])
     advice = _write_advice(training, {label: results["advise", label] for label in TRAIN_MODELS},
                            [results["sweep", lr] for lr in grid], quick)
     runs = {label: results["train", label] for label in TRAIN_MODELS}
@@ -292,13 +326,15 @@ def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, A
     ]
 
 
-def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, show_progress: bool = True
-        ) -> dict[str, Any]:
-    """Run the three parts into ``out_dir`` and write the report; returns {"table", "meta"}."""
+def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, show_progress: bool = True,
+        jobs: int | None = None, resume: bool = False) -> dict[str, Any]:
+    """Run the three parts into ``out_dir`` on ``jobs`` worker processes (default `JOBS`, 1 when ``quick``) and
+    write the report; returns {"table", "meta"}. With ``resume`` the parts an interrupted run finished are kept
+    (`run_parts`)."""
     size = QUICK if quick else FULL
     out, start = Path(out_dir), time.time()
-    rank, moments, runs, advice = run_parts(out, size, quick, seed, jobs=1 if quick else JOBS,
-                                            show_progress=show_progress)
+    jobs = jobs or (1 if quick else JOBS)
+    rank, moments, runs, advice = run_parts(out, size, quick, seed, jobs, show_progress, resume)
     write_outputs(out / "training", "training",
                   {k: {"val_curve": r["val_curve"], "train_curve": r["train_curve"]} for k, r in runs.items()},
                   {**{k: {f: r[f] for f in ("lr", "final_val_loss", "initial_val_loss", "diverged", "params", "wall_s")}

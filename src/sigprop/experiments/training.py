@@ -7,7 +7,8 @@
 
 A NaN/Inf loss is a result, not a crash: the run stops (the trainer refuses the step) and comes back
 with ``diverged = True`` and the message. An interruption (Ctrl-C, SIGTERM) is not a result: the trainer
-checkpoints and `train_run` raises KeyboardInterrupt, so a truncated run is never recorded as finished.
+checkpoints and `train_run` raises `sigprop.console.stopping.Stopped` (a KeyboardInterrupt), so a truncated run
+is never recorded as finished.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from ..console import UserError
+from ..console.stopping import stopped_by
 from ..models import ModelConfig
 from ..models.build import ARCHITECTURES
 from ..train.config import RunConfig, from_mapping, load_config
@@ -77,8 +79,8 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
         error = str(e)
     else:
         if trainer.stop_reason is not None:   # Ctrl-C / SIGTERM: the run saved itself; stop the experiment too
-            raise KeyboardInterrupt(f"{run_dir}: interrupted ({trainer.stop_reason}) at step "
-                                    f"{trainer.state.step}; its checkpoint is saved")
+            raise stopped_by(trainer.stop_reason, f"{run_dir}: interrupted ({trainer.stop_reason}) at step "
+                                                  f"{trainer.state.step}; its checkpoint is saved")
     return {"seed": seed, "params": param_count(cfg.model), **read_run(run_dir, error),
             "wall_s": round(time.perf_counter() - start, 2)}
 

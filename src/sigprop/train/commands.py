@@ -1,13 +1,16 @@
 """Entry points behind ``sigprop train | eval | generate``; each takes argv and returns an exit code.
 
-Exit codes (`sigprop.console.errors`): 0 done (also after SIGINT/SIGTERM, with a checkpoint saved), 1 NaN/Inf
-loss, 2 bad configuration, data or checkpoint (one line on stderr).
+Exit codes (`sigprop.console.errors`): 0 done, 1 NaN/Inf loss, 2 bad configuration, data or checkpoint (one line
+on stderr), 130 / 143 stopped by SIGINT / SIGTERM after the step it was in, with a checkpoint saved
+(`sigprop.console.stopping`).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -15,6 +18,7 @@ from typing import Sequence
 import torch
 
 from ..console import EXIT_FAILED, EXIT_OK, USER_ERRORS, Parser, UserError, add_set_option, fail
+from ..console.stopping import die_with_parent, exit_code, stopped_by
 from .config import load_config
 from .data import prepare_data
 from .distributed import exit_rank, in_torchrun
@@ -41,7 +45,10 @@ def resume_command(argv: Sequence[str], checkpoint: Path, lr: float) -> str:
 
 def train_main(argv: Sequence[str]) -> int:
     """``sigprop train --config FILE [--set k=v ...] [--resume]``; as one of several torchrun ranks the process
-    ends here, with the exit status (`sigprop.train.distributed.exit_rank`)."""
+    gets SIGTERM when torchrun ends (it checkpoints and stops, as on torchrun's own SIGTERM) and ends here,
+    with the exit status (`sigprop.train.distributed.exit_rank`)."""
+    if in_torchrun():
+        die_with_parent(os.getppid(), signal.SIGTERM)
     code = _train(argv)
     if in_torchrun():
         exit_rank(code)
@@ -88,7 +95,7 @@ def _train(argv: Sequence[str]) -> int:
               file=sys.stderr)
         if trainer.stop_reason:
             print("sigprop train: continue with --resume", file=sys.stderr)
-    return EXIT_OK
+    return exit_code(stopped_by(trainer.stop_reason, "")) if trainer.stop_reason else EXIT_OK
 
 
 def _run_args(p: Parser) -> None:

@@ -39,7 +39,6 @@ import hashlib
 import itertools
 import json
 import math
-import multiprocessing
 import os
 import statistics
 import time
@@ -51,6 +50,8 @@ import torch
 
 from ..console import UserError, read_toml, set_dotted, split_key
 from ..console import progress as progress_bar
+from ..console.stopping import stopped_by
+from ..console.workers import WorkerPool
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
 from .run_dir import clear
@@ -221,7 +222,8 @@ def pin_tokenizers(spec: SweepSpec, resolved: list[tuple[dict[str, Any], RunConf
 def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
     """Train one point from scratch (its folder is cleared first) and return its JSON line.
 
-    Raises KeyboardInterrupt if the run was stopped by a signal (the point is then not finished)."""
+    Raises `sigprop.console.stopping.Stopped` if the run was stopped by a signal (the point is then not
+    finished)."""
     from .run import train  # in the worker: keeps the parent's import light
 
     cfg = from_mapping(RunConfig, cfg_dict)
@@ -231,7 +233,7 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict
     try:
         trainer = train(cfg)
         if trainer.stop_reason is not None:
-            raise KeyboardInterrupt(f"{run_dir}: stopped ({trainer.stop_reason})")
+            raise stopped_by(trainer.stop_reason, f"{run_dir}: stopped ({trainer.stop_reason})")
     except NonFiniteLossError as e:
         error = str(e)
     wall = time.perf_counter() - start
@@ -300,15 +302,12 @@ class _InProcess(cf.Executor):
 def worker_pool(jobs: int) -> cf.Executor:
     """``jobs`` worker processes that share the CPU (for ``jobs`` <= 1: this process, each call run as it is
     submitted). Each worker runs torch on cores/jobs threads (at least 1), so ``jobs`` workers do not
-    oversubscribe the cores torch would use in one process. Fork, so a worker starts with the parent's imports
-    (spawn re-imports torch in every worker; bench/RESULTS.md times both); spawn where fork does not
-    exist."""
+    oversubscribe the cores torch would use in one process. The workers stop with the command
+    (`sigprop.console.workers.WorkerPool`: fork, so a worker starts with the parent's imports; spawn re-imports
+    torch in every worker, bench/RESULTS.md times both)."""
     if jobs <= 1:
         return _InProcess()
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    return cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_threads,
-                                  initargs=(max(1, torch.get_num_threads() // jobs),))
+    return WorkerPool(jobs, _worker_threads, (max(1, torch.get_num_threads() // jobs),))
 
 
 Centre = Callable[[RunConfig], tuple[float, dict[str, Any]]]     # a group's config -> (centre lr, what decided it)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..console.stopping import stop_on_signals
 from ..fields import FieldError
 from ..models import calibrate
 from ..nn.block import Block
@@ -249,47 +249,43 @@ class Trainer:
         """Train to ``train.steps``, or to ``train.stop_at`` when set (the lr schedule still spans ``train.steps``),
         resuming first if ``train.resume``; returns the final state.
 
-        Raises NonFiniteLossError on a NaN/Inf loss. SIGINT/SIGTERM end the loop after the
-        current step with a checkpoint (``stop_reason`` says why).
+        Raises NonFiniteLossError on a NaN/Inf loss. A SIGINT or SIGTERM ends the loop after the current step
+        with a checkpoint (``stop_reason`` names the signal); a second one ends the process at once
+        (`sigprop.console.stopping`).
         """
         t = self.cfg.train
         rngs = self._resume() if t.resume else None
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda s, _f: self.request_stop(signal.Signals(s).name))
-        self._call("on_train_start")
-        try:
-            if rngs is not None:
-                self.log({"kind": "event", "event": "resumed", "path": str(self.last_checkpoint),
-                          "set_aside": str(self.set_aside) if self.set_aside else None})
-                if len(rngs) == self.dist.world_size:
-                    restore_rng(rngs[self.dist.rank])
-                else:   # world size changed: exact continuation is impossible anyway
-                    torch.manual_seed(t.seed + self.dist.rank + self.state.step)
-            elif t.eval_batches:
-                self.log(self.evaluate())                     # the baseline at step 0
-            end = self._last_step()
-            while self.state.step < end:
-                self._call("on_step_start")
-                self.log(self.train_step())
-                self._call("on_step_end")
-                if t.grow_at and self.state.step == t.grow_at:
-                    self._grow()
-                    self.log({"kind": "event", "event": "grown", "n_layers": self.cfg.model.n_layers})
-                if self._evaluates(self.state.step):
-                    self.log(self.evaluate())
-                last = self.state.step == end
-                stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],
-                                                   device=self.dist.device), self.dist).item() > 0
-                if last or stop or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
-                    self.save()
-                if stop:
-                    self.stop_reason = self.stop_reason or "stopped by another rank"
-                    self.log({"kind": "event", "event": "interrupted", "reason": self.stop_reason})
-                    break
-        finally:
-            self._call("on_train_end")
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_on_signals(lambda s: self.request_stop(signal.Signals(s).name)):
+            self._call("on_train_start")
+            try:
+                if rngs is not None:
+                    self.log({"kind": "event", "event": "resumed", "path": str(self.last_checkpoint),
+                              "set_aside": str(self.set_aside) if self.set_aside else None})
+                    if len(rngs) == self.dist.world_size:
+                        restore_rng(rngs[self.dist.rank])
+                    else:   # world size changed: exact continuation is impossible anyway
+                        torch.manual_seed(t.seed + self.dist.rank + self.state.step)
+                elif t.eval_batches:
+                    self.log(self.evaluate())                     # the baseline at step 0
+                end = self._last_step()
+                while self.state.step < end:
+                    self._call("on_step_start")
+                    self.log(self.train_step())
+                    self._call("on_step_end")
+                    if t.grow_at and self.state.step == t.grow_at:
+                        self._grow()
+                        self.log({"kind": "event", "event": "grown", "n_layers": self.cfg.model.n_layers})
+                    if self._evaluates(self.state.step):
+                        self.log(self.evaluate())
+                    last = self.state.step == end
+                    stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],
+                                                       device=self.dist.device), self.dist).item() > 0
+                    if last or stop or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
+                        self.save()
+                    if stop:
+                        self.stop_reason = self.stop_reason or "stopped by another rank"
+                        self.log({"kind": "event", "event": "interrupted", "reason": self.stop_reason})
+                        break
+            finally:
+                self._call("on_train_end")
         return self.state
