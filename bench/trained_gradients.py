@@ -27,8 +27,8 @@ import time
 import torch
 from torch import nn
 
+from sigprop.diagnostics.shortcut import post_sublayers, shortcut_factors
 from sigprop.models import build_model
-from sigprop.nn.block import Sublayer
 from sigprop.train.run import load_run, seed_everything
 
 TINY = torch.finfo(torch.float32).tiny
@@ -53,25 +53,13 @@ def block_gradients(model: nn.Module, ids: torch.Tensor) -> tuple[dict[int, floa
     return largest, subnormal
 
 
-def shortcut_factors(model: nn.Module, ids: torch.Tensor) -> list[tuple[int, float]]:
-    """(block index, s) for every Post-LN sublayer in forward order (module docstring), on ``ids``."""
-    found: list[tuple[int, float]] = []
-    hooks = []
-    for name, sub in model.named_modules():
-        m = re.search(r"blocks\.(\d+)\.", name + ".")
-        if m and isinstance(sub, Sublayer) and sub.placement == "post":
-            def hook(res: nn.Module, args: tuple, out: torch.Tensor, block: int = int(m.group(1))) -> None:
-                x = args[0]
-                short = res.alpha.to(x.dtype) * x
-                found.append((block, float(short.pow(2).mean().sqrt() / out.pow(2).mean().sqrt())))
-            hooks.append(sub.residual.register_forward_hook(hook))
-    try:
-        with torch.no_grad():
-            model(ids)
-    finally:
-        for h in hooks:
-            h.remove()
-    return found
+def block_shortcut_factors(model: nn.Module, ids: torch.Tensor) -> list[tuple[int, float]]:
+    """(block index, s) for every Post-LN sublayer in forward order (`sigprop.diagnostics.shortcut`), on ``ids``."""
+    names = {id(m): n for n, m in model.named_modules()}
+    blocks = [int(re.search(r"blocks\.(\d+)\.", names[id(s)] + ".").group(1)) for s in post_sublayers(model)]
+    with torch.no_grad(), shortcut_factors(model) as found:
+        model(ids)
+    return list(zip(blocks, found))
 
 
 def attenuation(factors: list[tuple[int, float]]) -> dict[int, float]:
@@ -115,7 +103,7 @@ def main() -> None:
         largest, subnormal = block_gradients(trained, ids)
         print(f"trained  max |grad| by block: {row(largest)}   subnormal entries: {subnormal}")
         for label, model in (("init", fresh), ("trained", trained)):
-            factors = shortcut_factors(model, ids)
+            factors = block_shortcut_factors(model, ids)
             if factors:                                                     # a Post-LN stack
                 att = attenuation(factors)
                 n = max(att) + 1

@@ -10,6 +10,7 @@ import torch
 from helpers import CONFIGS, FAST_TRAIN, train_argv
 from sigprop.nn import ShapedAttention, ShapedReLU
 from sigprop.train import Callback, eval_main, generate_main, load_config, read_jsonl, train
+from sigprop.train.run_summary import read_run
 
 FAST = [*FAST_TRAIN, "data.max_chars=150000", "train.eval_batches=2", "train.ckpt_every=0", "optim.warmup_steps=10"]
 
@@ -130,5 +131,19 @@ def test_block_gradient_norms_are_logged_on_the_steps_that_evaluate(tmp_path):
             norms = r["block_grad_norms"]
             assert len(norms) == 3 and all(0 < g < math.inf for g in norms)
             assert math.sqrt(sum(g * g for g in norms)) < r["grad_norm"]
+        assert "shortcut_factors" not in r                              # a Pre-LN stack has none
     with pytest.raises(ValueError, match=r"train\.block_grads.*fsdp"):
         load_config(CONFIGS / "tiny_decoder.toml", ["train.block_grads=true", "train.distributed=fsdp"])
+
+
+def test_a_post_norm_stack_logs_each_sublayers_shortcut_factor_with_the_block_gradients(tmp_path):
+    cfg = load_config(CONFIGS / "tiny_decoder.toml", [*FAST, f"train.out_dir={tmp_path}", "train.steps=4",
+                                                        "train.eval_every=2", "train.block_grads=true",
+                                                        "model.n_layers=3", "train.diag_every=0",
+                                                        'model.scheme="postln"'])
+    train(cfg)
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl", "train") if "block_grad_norms" in r]
+    assert [r["step"] for r in rows] == [2, 4]
+    for r in rows:
+        assert len(r["shortcut_factors"]) == 6 and all(0 < s < 2 for s in r["shortcut_factors"])
+    assert read_run(tmp_path)["shortcut_factors"][0][0] == 2

@@ -8,7 +8,8 @@ stop, no evaluation, or a non-finite last one), ``error``, ``steps_done``, ``max
 ``grad_norm`` (first, median, max, last pre-clip gradient norm), and the curves ``val_curve`` [[step,
 loss]], ``train_curve`` [[step, loss, grad norm]], ``diag`` [[step, mean attention entropy, min attention
 entropy, token correlation]], ``diag_layers`` [[step, per-sublayer rows]], ``block_grads`` [[step, each
-block's pre-clip gradient norm]] (the steps that evaluate, with ``train.block_grads``).
+block's pre-clip gradient norm]] and ``shortcut_factors`` [[step, each post-norm sublayer's shortcut factor on
+that step's batch (`sigprop.diagnostics.shortcut`)]] (the steps that evaluate, with ``train.block_grads``).
 """
 from __future__ import annotations
 
@@ -52,4 +53,6 @@ def read_run(run_dir: str | Path, error: str | None = None) -> dict[str, Any]:
             "diag": [[r["step"], r.get("attn_entropy"), r.get("attn_entropy_min"), r["token_corr"]] for r in diags],
             "diag_layers": [[r["step"], r["layers"]] for r in diags],
             "block_grads": [[r["step"], r["block_grad_norms"]] for r in records
-                            if r["kind"] == "train" and "block_grad_norms" in r]}
+                            if r["kind"] == "train" and "block_grad_norms" in r],
+            "shortcut_factors": [[r["step"], r["shortcut_factors"]] for r in records
+                                 if r["kind"] == "train" and "shortcut_factors" in r]}

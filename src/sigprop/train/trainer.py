@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..console.stopping import stop_on_signals
+from ..diagnostics.shortcut import shortcut_factors
 from ..fields import FieldError
 from ..models import calibrate
 from ..nn.block import Block
@@ -141,17 +142,18 @@ class Trainer:
         batch = self.global_batch(self.state.position)
         n_targets = max(batch.n_targets, 1)
         totals = torch.zeros(2, device=dist.device)                   # loss sum, correct
-        for k, (a, b) in enumerate(self.micro):
-            sync = not dist.enabled or k == len(self.micro) - 1
-            with contextlib.nullcontext() if sync else no_sync(self.ddp):
-                with autocast(cfg.train.precision, dist.device):
-                    loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device),   # forward
-                                                   cfg.optim.z_loss)
-                (loss_sum * (dist.world_size / n_targets)).backward()                        # backward
-            totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
+        logs_blocks = cfg.train.block_grads and self._evaluates(self.state.step + 1)
+        with shortcut_factors(self.model) if logs_blocks else contextlib.nullcontext([]) as factors:
+            for k, (a, b) in enumerate(self.micro):
+                sync = not dist.enabled or k == len(self.micro) - 1
+                with contextlib.nullcontext() if sync else no_sync(self.ddp):
+                    with autocast(cfg.train.precision, dist.device):
+                        loss_sum, correct = loss_terms(self.ddp, batch.rows(a, b).to(dist.device),   # forward
+                                                       cfg.optim.z_loss)
+                    (loss_sum * (dist.world_size / n_targets)).backward()                        # backward
+                totals += torch.stack([loss_sum.detach(), correct.to(totals.dtype)])
         all_reduce_sum(totals, dist)
         max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf
-        logs_blocks = cfg.train.block_grads and self._evaluates(self.state.step + 1)
         blocks = block_grad_norms(self.model) if logs_blocks else None
         grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))     # clip
         loss = float(totals[0]) / n_targets
@@ -172,7 +174,9 @@ class Trainer:
         self.state.position += cfg.train.batch_size
         record = {"kind": "train", "loss": loss, "acc": float(totals[1]) / n_targets, "lr": lr,
                   "grad_norm": grad_norm, "dt": time.perf_counter() - t0}
-        return record if blocks is None else {**record, "block_grad_norms": blocks}
+        if blocks is None:
+            return record
+        return {**record, "block_grad_norms": blocks, **({"shortcut_factors": factors} if factors else {})}
 
     # -- evaluation ---------------------------------------------------------------------
     def _last_step(self) -> int:
