@@ -42,7 +42,8 @@ KNOBS: dict[str, list[dict]] = {
                                         "completep", "admin")],
     "norm_placement": [dict(scheme="dslm", norm_placement="post"),
                        *(dict(norm_placement="sandwich", n_layers=n) for n in (8, 48)),      # Gemma 2, Peri-LN
-                       *(dict(scheme="completep", base_depth=1, norm_placement="out", n_layers=n) for n in (8, 48))],
+                       *(dict(scheme="completep", base_depth=1, norm_placement="out", n_layers=n) for n in (8, 48)),
+                       *(dict(norm_placement="out", qk_norm=True, n_layers=n) for n in (8, 48))],        # OLMo 2
     "norm_type": [dict(norm_type="rmsnorm")],
     "activation": [dict(activation="gelu"), dict(activation="shaped_relu")],
     "dropout": [dict(dropout=0.2)],
@@ -65,7 +66,8 @@ KNOBS: dict[str, list[dict]] = {
     "parametrization": [dict(parametrization="mup", base_width=32)],
     "base_width": [dict(parametrization="mup", base_width=16)],
     "base_depth": [dict(scheme="completep", base_depth=1)],
-    "qk_norm": [dict(qk_norm=True)],
+    "qk_norm": [dict(qk_norm=True), *(dict(qk_norm=True, n_layers=n) for n in (8, 48)),
+                dict(qk_norm=True, norm_type="rmsnorm", n_layers=8), dict(qk_norm=True, arch="encoder", n_layers=8)],
     "admin_mode": [dict(scheme="admin", admin_mode="constant")],
 }
 GAPS = {

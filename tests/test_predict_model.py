@@ -59,7 +59,7 @@ def test_build_and_predict_leave_the_garbage_collector_as_found(enabled: bool) -
         predict(ModelConfig(**SIZE, scheme="preln"), seq_len=16)
         assert gc.isenabled() is enabled
         with pytest.raises(NotImplementedError, match="qk_norm"):
-            predict(ModelConfig(**SIZE, scheme="preln", qk_norm=True))
+            predict(ModelConfig(**{**SIZE, "arch": "encdec"}, scheme="preln", qk_norm=True))
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
@@ -88,7 +88,7 @@ def test_build_on_meta_records_every_weights_std_without_memory(scheme: str) -> 
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda cfg: ModelConfig(**{**cfg, "qk_norm": True}), "qk_norm"),
+    (lambda cfg: ModelConfig(**{**cfg, "arch": "encdec", "qk_norm": True}), "cross-attention with qk_norm"),
     (lambda cfg: ARCHITECTURES["decoder"](ModelConfig(**cfg)), "no recorded init std"),
     (lambda cfg: torch.nn.Linear(4, 4), "no moment chain"),
 ])
@@ -97,9 +97,10 @@ def test_what_has_no_exact_map_is_refused_by_name(change, match: str) -> None:
         predict(change({**SIZE, "scheme": "preln"}), seq_len=16)
 
 
-def test_predict_command_refuses_qk_norm_in_one_line(tmp_path, capsys) -> None:
+def test_predict_command_refuses_qk_norm_cross_attention_in_one_line(tmp_path, capsys) -> None:
     cfg = tmp_path / "qk.toml"
-    cfg.write_text('[model]\nd_model = 32\nn_heads = 2\nn_layers = 2\nmax_seq_len = 8\nqk_norm = true\n')
+    cfg.write_text('[model]\narch = "encdec"\nd_model = 32\nn_heads = 2\nn_layers = 2\nmax_seq_len = 8\n'
+                   'qk_norm = true\n')
     assert predict_main(["--config", str(cfg), "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
     assert "qk_norm" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

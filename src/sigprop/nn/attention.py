@@ -17,7 +17,7 @@ from torch import nn
 from ..theory.moments.attention import Attention as AttentionMap
 from ..theory.moments.cross_attention import CrossAttention, QueryView
 from ..theory.moments.state import Component, Moments
-from .maps import attention_logit_factor, weight_var, zero_bias
+from .maps import attention_logit_factor, qk_norm_of, weight_var, zero_bias
 from .norm import make_norm
 from .roles import tag_linear
 
@@ -70,21 +70,27 @@ class Attention(nn.Module):
                    ) -> Component:
         """This attention's moment map over ``L`` tokens: `sigprop.theory.moments.attention.Attention` from the
         projections' init stds, the causal mask and the module's logit scale; with ``memory`` (the moments
-        of ``memory_len`` keys) the cross-attention map seen from the queries (`QueryView`).
-        Raises NotImplementedError for qk-norm or no output projection (no exact map) or weights not drawn by
-        sigprop's init."""
+        of ``memory_len`` keys) the cross-attention map seen from the queries (`QueryView`). With qk-norm the
+        map reads the norms' kind (its degrees of freedom) and gains instead of the Q and K stds
+        (`sigprop.theory.moments.qk_norm`).
+        Raises NotImplementedError for no output projection, qk-norm in cross-attention or with a non-uniform
+        gain or a non-zero shift (no exact map), or weights not drawn by sigprop's init."""
         if isinstance(self.o_proj, nn.Identity):
             raise NotImplementedError("Attention with output_proj=False has no moment map: the maps describe a "
                                       "Gaussian output projection W_O")
-        if self.q_norm is not None:
-            raise NotImplementedError("Attention with qk_norm has no exact moment map: the per-head norm of "
-                                      "queries and keys is not in sigprop.theory.moments")
         names = ("q_proj", "k_proj", "v_proj", "o_proj")
         for name in names:
             zero_bias(getattr(self, name), f"attention {name}")
         q, k, v, o = (weight_var(getattr(self, name).weight, f"attention {name}.weight") for name in names)
-        q *= attention_logit_factor(self.scale, self.map_temperature())
         options = self.map_options()
+        if self.q_norm is not None:
+            if memory is not None:
+                raise NotImplementedError("cross-attention with qk_norm has no moment map: the normalized logits "
+                                          "are derived for self-attention")
+            (q, dof), (k, _) = (qk_norm_of(norm, f"attention {name}") for norm, name in ((self.q_norm, "q_norm"),
+                                                                                       (self.k_norm, "k_norm")))
+            options["qk_norm"] = dof
+        q *= attention_logit_factor(self.scale, self.map_temperature())
         if memory is None:
             return AttentionMap(self.d_model, self.n_heads, L, q, k, v, o, causal=self.causal, **options)
         options.pop("gamma1", None)

@@ -87,6 +87,22 @@ def component_of(module: nn.Module, what: str) -> Component:
     raise NotImplementedError(f"{what} ({type(module).__name__}) has no moment map")
 
 
+def qk_norm_of(norm: nn.Module, what: str) -> tuple[float, int]:
+    """(g², k) of a per-head query or key norm: its gain squared (one value for every coordinate, as at init) and
+    the degrees of freedom of its output (LayerNorm d_k − 1: centring removes one; RMSNorm d_k), which the
+    attention map reads under qk-norm (`sigprop.theory.moments.qk_norm`). A LayerNorm must have a zero shift."""
+    bias = getattr(norm, "bias", None)
+    if bias is not None and not bias.is_meta and bool(bias.detach().any()):
+        raise NotImplementedError(f"{what} has a non-zero shift; the qk-norm map describes a zero shift (init)")
+    gain = scalar(norm.weight, 1.0, f"{what} gain") if getattr(norm, "weight", None) is not None else 1.0
+    d_k = norm.normalized_shape[-1]
+    if isinstance(norm, nn.LayerNorm):
+        return gain ** 2, d_k - 1
+    if isinstance(norm, nn.RMSNorm):
+        return gain ** 2, d_k
+    raise NotImplementedError(f"{what} ({type(norm).__name__}) has no qk-norm map (LayerNorm and RMSNorm have)")
+
+
 def attention_logit_factor(scale: float, tau_theory: float) -> float:
     """Factor on the query variance that gives the maps a module's logit scale.
 

@@ -28,6 +28,9 @@ size-biased by w (its gradient carries |u_i|). L = math.inf gives the exact larg
 (F2, K1 → 0, Z1 → β̄², K2 → ρβ̄²): Var o → σ_v²(d m₂ + s²β̄²) → d σ_v² rσ² as d → ∞, the authors'
 rank-collapse limit. Measured errors: docs/moments.md (worst cases: K path with r_g > 0 and
 L ≥ d_k, where query-norm/ρ̂ correlations are not modelled, ~5%).
+``qk_norm`` (k > 0): each head's queries and keys normalized in k degrees of freedom (`qk_norm`): the logits
+read the projected tokens' cosines (β² from `qk_norm.logit_scale`, ρ the queries' mean cosine, κ = 0) and the
+Q and K paths pass through the norms' Jacobians.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import qk_norm as qkn
 from .linear import Linear
 from .softmax import QUADRATURE_BETA_MAX
 from .state import Moments, check_nonneg, check_positive, check_prob, check_size, norm_dispersion, ratio, replace
@@ -78,13 +82,15 @@ def _rho_nodes(rho: float, k_rho: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=4096)
-def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, causal: bool, exact: bool
-                 ) -> tuple[dict[str, float], dict[str, float]]:
+def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, causal: bool, exact: bool,
+                 dof: int = 0) -> tuple[dict[str, float], dict[str, float]]:
     """Fluctuation-averaged row functionals (row average) and pair functionals (pair average).
 
     β² w with w on a 6-node (rows) / 4-node (pairs) Gamma rule, ρ̂ on a 3-node tanh-normal rule. The
     functionals come from `tables.functional_table` (Chebyshev, relative error ≲ 1e-3) unless ``exact``
-    or a node lies beyond the table's β_max; then from the exact quadrature in `softmax`.
+    or a node lies beyond the table's β_max; then from the exact quadrature in `softmax`. With ``dof`` (qk-norm)
+    the rows are the exact ones of sphere-coordinate logits in ``dof`` dimensions, the pairs the Gaussian ones at
+    the scale with their mean square weight (`qk_norm.softmax_scale`).
     """
     w6, t6 = gamma_nodes(kappa, 6)
     w4, t4 = gamma_nodes(kappa, 4)
@@ -94,7 +100,12 @@ def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, c
         raise NotImplementedError(f"attention with logit scale β = {math.sqrt(beta2):.3g} > {QUADRATURE_BETA_MAX}: the "
                                   "softmax is near hard-max there and its functionals (argmax order statistics) are "
                                   "not derived; the quadrature resolves β <= 4")
-    if not exact and FunctionalTable.covers(beta2 * max(w6.max(), w4.max())):
+    if dof:
+        per_row = [exact_rows(beta2 * w, L, causal, dof) for w in w6]
+        per_pair = [exact_pairs(qkn.softmax_scale(beta2 * w, dof), r, L, causal) for w, r in zip(pw, pr)]
+        f_rows = {k: np.array([f[k] for f in per_row]) for k in per_row[0]}
+        f_pairs = {k: np.array([f[k] for f in per_pair]) for k in PAIR_KEYS}
+    elif not exact and FunctionalTable.covers(beta2 * max(w6.max(), w4.max())):
         table = functional_table(L, causal)
         f_rows, f_pairs = table.rows(beta2 * w6), table.pairs(beta2 * pw, pr)
     else:
@@ -132,6 +143,8 @@ class _Setup(NamedTuple):
     rho: float     # logit correlation of two queries on one key
     rows: dict[str, float]     # row-averaged functionals (the maps are linear in them)
     pairs: dict[str, float]    # pair-averaged functionals
+    key_gain: float = 1.0      # qk-norm: E|u_K|² of the K path over u2 (`qk_norm.key_gain`)
+    query_gain: float = 1.0    # qk-norm: factor on q_var k_var in the Q path (`qk_norm.query_gain`)
 
 
 @dataclass(frozen=True)
@@ -142,7 +155,9 @@ class Attention:
     τ = τ₀√(d·d_k), C uniform over each row's visible keys; otherwise γ₁, γ₂, τ₀ are unused.
     ``exact``: evaluate the softmax functionals by quadrature instead of the Chebyshev tables
     (`tables`; ≤ 1e-4 relative difference measured, at about a hundred times the cost per new input:
-    bench/predict.py).
+    bench/predict.py). ``qk_norm``: the degrees of freedom k of each head's normalized queries and keys
+    (d_k − 1 for LayerNorm, d_k for RMSNorm; 0: none); then ``q_var`` and ``k_var`` are the variances of the
+    normalized coordinates (gains squared, the logit scale's (scale·τ)² on ``q_var``; `qk_norm`).
     """
 
     d: int
@@ -159,12 +174,15 @@ class Attention:
     gamma1: float = 1.0
     gamma2: float = 1.0
     exact: bool = False
+    qk_norm: int = 0
 
     def __post_init__(self) -> None:
         check_size("d", self.d)
         check_size("n_heads", self.n_heads)
         if self.d % self.n_heads:
             raise ValueError(f"d ({self.d}) must be divisible by n_heads ({self.n_heads})")
+        if self.qk_norm and not (3 <= self.qk_norm <= self.d_k and not self.shaped):
+            raise ValueError(f"qk_norm must be 0 or in [3, d_k = {self.d_k}] (softmax attention), got {self.qk_norm}")
         if self.L != math.inf:
             check_size("L", self.L, minimum=2)
         for name in ("q_var", "k_var", "v_var", "o_var"):
@@ -194,7 +212,10 @@ class Attention:
         return (self.gamma1, self.gamma2) if self.shaped else (0.0, 0.0)
 
     def kappa(self, m: Moments) -> float:
-        """Relative variance κ of the logit scale β² over queries (finite-width fluctuations)."""
+        """Relative variance κ of the logit scale β² over queries (finite-width fluctuations; 0 under qk-norm,
+        whose queries have a fixed norm)."""
+        if self.qk_norm:
+            return 0.0
         x2 = m.mean ** 2 + m.var
         v_x = (2 * m.var ** 2 + 4 * m.mean ** 2 * m.var) / (self.d * x2 ** 2)
         return (1 + 2 / self.d) * (1 + 2 / self.d_k) * (1 + v_x) - 1
@@ -215,13 +236,20 @@ class Attention:
         xq2, mq2 = m_q.mean ** 2 + m_q.var, m_q.mean ** 2 + m_q.corr * m_q.var
         u2 = self.q_var * self.k_var * d * d * dk * xq2 / tau2
         rho = mq2 / xq2
+        if self.qk_norm:
+            k, rho_k = self.qk_norm, m2 / (m_kv.mean ** 2 + m_kv.var)
+            rho, c_k = qkn.cosines(k, rho, rho_k)
+            u2 = qkn.logit_scale(self.q_var, self.k_var, dk, k, c_k, tau2) / s2 if s2 > 0 else 0.0
         if self.L == math.inf:
             if self.causal:
                 raise NotImplementedError("causal attention has no L → ∞ limit here; give a finite L")
             rows, pairs = _limit_functionals(s2 * u2, rho)
         else:
             rows, pairs = _functionals(s2 * u2, self.kappa(m_q), rho, 1 / (1 / dk + 2 / d), int(self.L), self.causal,
-                                       self.exact)
+                                       self.exact, self.qk_norm)
+        if self.qk_norm:
+            gains = qkn.key_gain(k, rho_k, c_k, rows), qkn.query_gain(d, dk, k, xq2, s2, c_k)
+            return _Setup(s2, m2, u2, rho, rows, pairs, *gains)
         return _Setup(s2, m2, u2, rho, rows, pairs)
 
     def _forward(self, st: _Setup) -> tuple[float, float, float, float, float]:
@@ -245,7 +273,8 @@ class Attention:
         c2, rs, cs, rc, cc = self._forward(st)
         g1, g2 = self._gammas()
         d = self.d
-        var = self.v_var * (c2 * d * st.m2 + st.s2 * ((d - 1) * rs + cs))
+        bulk = (d - 1) * rs + (qkn.bulk_shift(st.rows, self.p) if self.qk_norm else 0.0)
+        var = self.v_var * (c2 * d * st.m2 + st.s2 * (bulk + cs))
         cov = self.v_var * ((g1 - g2 + 1) ** 2 * d * st.m2 + st.s2 * ((d - 2) * rc + cc))
         return replace(m, mean=0.0, var=var, corr=ratio(cov, var),
                        norm_disp=self.mixed_dispersion(st, m) * (1 + 2 / d), kurtosis=3.0)
@@ -315,11 +344,15 @@ class Attention:
         d, dk, h, r = self.d, self.d_k, self.n_heads, st.rows
         lam, rg, tau2 = self._lam(st, g), g.grad_corr, self.tau2
         one = 1 - 2 * r["F2"] + r["F22"]
-        q_rows = (1 - 1 / d) * (d * r["Bz"] + (dk - 1) * (d * r["B"] + one + r["Bz"])) + dk * r["Bz"]
-        q_var = h * self.q_var * self.k_var * st.s2 * lam / tau2 * q_rows
-        q_cov = h * self.q_var * self.k_var * dk / tau2 * st.s2 * d * lam * rg * st.pairs["CK"]
+        if self.qk_norm:
+            q_rows, qk = qkn.query_rows(d, self.qk_norm, r), self.q_var * self.k_var * st.query_gain
+        else:
+            q_rows = (1 - 1 / d) * (d * r["Bz"] + (dk - 1) * (d * r["B"] + one + r["Bz"])) + dk * r["Bz"]
+            qk = self.q_var * self.k_var
+        q_var = h * qk * st.s2 * lam / tau2 * q_rows
+        q_cov = h * qk * dk / tau2 * st.s2 * d * lam * rg * st.pairs["CK"]
         if value_trace:
-            q_cov += h * self.q_var * self.k_var * dk / tau2 * st.s2 * lam * rg * (1 - r["F2"]) ** 2
+            q_cov += h * qk * dk / tau2 * st.s2 * lam * rg * (1 - r["F2"]) ** 2
         return q_var, q_cov
 
     def key_path(self, st: _Setup, g: Moments, n_q: int) -> tuple[float, float]:
@@ -328,7 +361,7 @@ class Attention:
         L, rg = self.L, g.grad_corr
         share = n_q / L
         pairs = rg * (n_q - 1) * st.pairs["wrCK"]
-        k_var = self.n_heads * self._lam(st, g) * st.u2 / self.d * share * (st.rows["wB"] + pairs)
+        k_var = self.n_heads * self._lam(st, g) * st.u2 * st.key_gain / self.d * share * (st.rows["wB"] + pairs)
         return k_var, -k_var / (L - 1)
 
     def fwd(self, m: Moments) -> Moments:
@@ -351,11 +384,11 @@ def row_profiles(att: Attention, m: Moments, spread: tuple[float, ...] | None = 
     if spread is not None:
         beta2 = np.outer(beta2, spread)                                              # (6, L): row i at its own
     L = int(att.L)
-    if not att.exact and FunctionalTable.covers(float(beta2.max())):
+    if not att.exact and not att.qk_norm and FunctionalTable.covers(float(beta2.max())):
         table = functional_table(L, True)
         prof = table.profiles(beta2) if spread is None else table.profiles_by_row(beta2)   # (6, 2, L)
     else:
-        prof = np.array([exact_profiles(b, L) for b in beta2])
+        prof = np.array([exact_profiles(b, L, att.qk_norm) for b in beta2])
     f2, b = t @ prof[:, 0], np.maximum(t @ prof[:, 1], 0.0)
     f2.flags.writeable = b.flags.writeable = False
     return f2, b

@@ -10,7 +10,9 @@ the expectation factorizes over indices (exact, no large-L or log-normal approxi
     φ_{a,q}(t) = E[z^q e^{aβz} e^{−t e^{βz}}],  M = φ_{0,0},  A = Σ a,  n^(k) = n(n−1)…(n−k+1).
 
 The t-integral is a trapezoid rule in log t, the z-expectations Gauss–Hermite; both converge
-exponentially (checked against direct Monte Carlo of the softmax to 1e-5). Contractions use
+exponentially (checked against direct Monte Carlo of the softmax to 1e-5). The row sums also take logits
+z = √k·t with t one coordinate of a uniform unit vector in k dimensions (``dof`` = k: the keys of a normalized
+head, `qk_norm`), density ∝ (1 − t²)^{(k−3)/2}, by Gauss–Gegenbauer nodes. Contractions use
 ``np.einsum`` rather than BLAS: the shapes are small and threaded BLAS stalls on a loaded machine. Two queries whose
 logits βz_j and βz'_j, z' = ρz + √(1−ρ²)w, share keys need two Laplace variables (t, t').
 
@@ -56,13 +58,25 @@ def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, w / w.sum()
 
 
-class RowSums:
-    """Softmax functionals of one query over n i.i.d. Gaussian logits βz (n: array of key counts)."""
+@lru_cache(maxsize=64)
+def _sphere(n: int, dof: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes z = √k·t and weights for t with density ∝ (1 − t²)^a, a = (k − 3)/2 (a coordinate of a uniform unit
+    vector in k dimensions, so Var z = 1): Golub–Welsch on the Gegenbauer recurrence."""
+    a, i = (dof - 3) / 2, np.arange(1, n)
+    off = np.sqrt(i * (i + 2 * a) / ((2 * i + 2 * a - 1) * (2 * i + 2 * a + 1)))
+    t, vec = np.linalg.eigh(np.diag(off, 1) + np.diag(off, -1))
+    w = vec[0] ** 2
+    return math.sqrt(dof) * t, w / w.sum()
 
-    def __init__(self, beta2: float, n: np.ndarray, h: float = 0.2, nodes: int = 80) -> None:
+
+class RowSums:
+    """Softmax functionals of one query over n i.i.d. logits βz (n: array of key counts): z ~ N(0, 1), or with
+    ``dof`` = k > 0 a sphere coordinate √k·t (module docstring)."""
+
+    def __init__(self, beta2: float, n: np.ndarray, h: float = 0.2, nodes: int = 80, dof: int = 0) -> None:
         self.n = np.asarray(n, dtype=float)
         self.t, self.wt = _t_grid(beta2, float(self.n.max()), h)
-        self.z, wz = _hermite(nodes)
+        self.z, wz = _sphere(nodes, dof) if dof else _hermite(nodes)
         self.ez = np.exp(math.sqrt(beta2) * self.z)
         self.kernel = np.exp(-self.t[:, None] * self.ez[None, :]) * wz     # (T, Z)
         self.m = self.kernel.sum(1)
@@ -157,17 +171,19 @@ class PairSums:
         return np.einsum("rts,ts->r", f * self._shared[k], np.outer(wa, wb), optimize=False) / len(self.pairs)
 
 
-def row_functionals(beta2: float, n: np.ndarray) -> dict[str, np.ndarray]:
+def row_functionals(beta2: float, n: np.ndarray, dof: int = 0) -> dict[str, np.ndarray]:
     """Per key count n: F2 = EΣS², F3 = EΣS³, F22 = E(ΣS²)², B = F2 − 2F3 + F22 (softmax-Jacobian
-    trace E tr Q², Q = diag S − SSᵀ), Z1 = E(ΣSz)², Z2 = EΣS²z², Bz = E|Qz|².
-    (E[z̄ ΣSz] = 1/n exactly, by Stein's lemma and Σ_k ∂S_j/∂z_k = 0.)"""
-    s = RowSums(beta2, n)
+    trace E tr Q², Q = diag S − SSᵀ), Z1 = E(ΣSz)², Z2 = EΣS²z², Bz = E|Qz|², Bzz = EΣ_l (Q²)_ll z_l²; Gaussian
+    logits, or sphere coordinates in ``dof`` dimensions (`RowSums`).
+    (E[z̄ ΣSz] = 1/n exactly for Gaussian logits, by Stein's lemma and Σ_k ∂S_j/∂z_k = 0.)"""
+    s = RowSums(beta2, n, dof=dof)
     f2, z2 = s((2, 0)), s((2, 2))
     out = {"F2": f2, "F3": s((3, 0)), "F22": s((4, 0)) + s((2, 0), (2, 0)), "Z2": z2,
            "Z1": z2 + s((1, 1), (1, 1))}
     out["B"] = f2 - 2 * out["F3"] + out["F22"]
     out["Bz"] = (z2 - 2 * (s((3, 2)) + s((2, 1), (1, 1)))
                  + s((4, 2)) + 2 * s((3, 1), (1, 1)) + s((2, 0), (2, 2)) + s((2, 0), (1, 1), (1, 1)))
+    out["Bzz"] = z2 - 2 * s((3, 2)) + s((4, 2)) + s((2, 2), (2, 0))     # (Q²)_ll = (S_l − S_l²)² + S_l² Σ_{m≠l} S_m²
     return out
 
 

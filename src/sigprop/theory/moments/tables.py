@@ -45,20 +45,21 @@ def key_counts(L: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
     return np.array([float(L)]), np.array([[L, L]], dtype=float)
 
 
-def exact_rows(beta2: float, L: int, causal: bool) -> dict[str, float]:
-    """Row averages of the exact row functionals at logit variance ``beta2``."""
-    f = row_functionals(beta2, key_counts(L, causal)[0])
-    return {k: float(np.mean(f[k])) for k in ROW_KEYS}
+def exact_rows(beta2: float, L: int, causal: bool, dof: int = 0) -> dict[str, float]:
+    """Row averages of the exact row functionals at logit variance ``beta2`` (``dof``: `softmax.RowSums`): those of
+    ROW_KEYS, and with ``dof`` also Bzz (`qk_norm`)."""
+    f = row_functionals(beta2, key_counts(L, causal)[0], dof)
+    return {k: float(np.mean(f[k])) for k in (*ROW_KEYS, "Bzz") if k in ROW_KEYS or dof}
 
 
-def exact_profiles(beta2: float | np.ndarray, L: int) -> np.ndarray:
+def exact_profiles(beta2: float | np.ndarray, L: int, dof: int = 0) -> np.ndarray:
     """(len(PROFILE_KEYS), L): F2 and B of a causal row with n = 1..L keys at logit variance ``beta2`` (one, or
-    one per row)."""
+    one per row; ``dof``: `softmax.RowSums`)."""
     n = key_counts(L, True)[0]
     if not np.ndim(beta2):
-        f = row_functionals(float(beta2), n)
+        f = row_functionals(float(beta2), n, dof)
         return np.stack([f[k] for k in PROFILE_KEYS])
-    rows = [row_functionals(float(b), n[i:i + 1]) for i, b in enumerate(beta2)]
+    rows = [row_functionals(float(b), n[i:i + 1], dof) for i, b in enumerate(beta2)]
     return np.array([[f[k][0] for f in rows] for k in PROFILE_KEYS])
 
 
