@@ -28,25 +28,32 @@ a small part of the covariances, are the Gaussian ones at the scale β_s² = log
 them the same mean square weight (`softmax_scale`; β² − 7β⁴/(2(k + 2)) + O(β⁶)). On correlated tokens the keys'
 spread part is taken with the same shape at its variance 1 − ĉ_k.
 
-Backward. The norm's Jacobian is (g√d_k/|u|)(P − ûûᵀ) (`norm`): it divides by |u| and removes the radial
-direction. The gradient reaching x is W_qᵀ of it (queries) and W_kᵀ of it (keys):
+Fixed-norm keys. A key's norm |W_k x_j| is independent of its direction, which alone sets its logit: with
+z_j = √k·t_j, x_j's k − 1 other directions in W_k's row space carry |w_j|²(1 − t_j²), on average k − z_j², not
+k − 1. Weighted by a row's squared weights, the forward's bulk Σ_j a_j²|x_j⊥|² is d R_s − Z2/(1 − p) rather than
+(d − 1)R_s (`bulk_shift`; R_s = F2/(1 − p), Z2 = EΣS²z²).
+
+Backward. The norm's Jacobian is (g√d_k/|u|)(P − ûûᵀ) (`norm`): it divides by |u| (independent of û, so
+E[1/|u|²] = 1/((k − 2)E|u|²/k) exactly, χ²_k) and removes the radial direction. The gradient reaching x is W_qᵀ
+of it (queries) and W_kᵀ of it (keys):
 
 * Q path: ∂L/∂q̂_i = scale Σ_l dY_il k̂_l. Its component along q̂_i, Σ_l dY_il y_il, is what the unnormalized map
   carries in its d·Bz term (W_k's component along q_i) and its d_k·Bz term (W_q's component along x_i, which
-  meets the gradient only through q_i·∂L/∂q_i): both are removed. The other k − 1 directions keep their
-  per-direction value; the keys enter through their fixed norm, g_k² d_k/k per direction (for W_k x_l: σ_k²|x_l|²),
-  and the query's Jacobian through E[d_k g_q²/|u|²] = g_q² d_k/((k − 2)σ_q² d (μ² + σ²)) (χ²_k), so
+  meets the gradient only through q_i·∂L/∂q_i): both are removed. The rest is Σ_l dY_il k̂_l⊥ with
+  |k̂_l⊥|² = g_k² d_k (1 − z_l²/k), so its mean square is g_k² d_k λ (B − Bzz/k) per row (Bzz = EΣ_l (Q_S²)_ll z_l²,
+  the weights' tilt toward large logits: Bzz/B → E[z² e^{2βz}]/E[e^{2βz}] at many keys), plus the coherent
+  part along the value-gradient direction (E(1 − ΣS²)², in k − 1 directions as before). With the query's Jacobian,
+  E[g_q² d_k/|u_q|²] = g_q² d_k/((k − 2)σ_q² d x_q²):
 
-      Var g^Q = H q_var k_var s² λ/τ² · d_k²/(d² x_q² x_k² k (k − 2)) · (1 − 1/d)(k − 1)(d B + E(1 − ΣS²)² + Bz)
+      Var g^Q = H q_var k_var λ/τ² · d_k² (1 − ĉ_k)/(d² x_q² k (k − 2)) · (1 − 1/d)(d (k B − Bzz) + (k − 1)E(1 − ΣS²)²)
 
-  (x² = μ² + σ² of each side): the unnormalized Q path with its q_var k_var times `query_gain` and its q_rows
-  replaced by `query_rows`.
-* K path: g^K_j = W_kᵀ J_N(k_j)ᵀ scale Σ_i dY_ij q̂_i, the unnormalized map's Σ_i dY_ij u_i with |u|² taken as
-  E|u_K|² = scale² g_q² g_k² d_k² (k − 1)/(x_k² k (k − 2)) (the Jacobian's E[1/|u|²] and its projection), which
-  is `key_gain` = (k − 1)(1 − ρ_k)/((k − 2)(1 − ĉ_k)) times the β²/s² the functionals read.
+  (x² = μ² + σ²): the unnormalized Q path H q_var k_var s² λ/τ² q_rows with q_var k_var times `query_gain` and
+  q_rows replaced by `query_rows`.
+* K path: g^K_j = W_kᵀ J_N(k_j)ᵀ w_j, w_j = scale Σ_i dY_ij q̂_i, the unnormalized map's Σ_i dY_ij u_i with |u|²
+  taken as E|u_K|²: the Jacobian's k/(k − 2), and its projection, which removes w_j's component along k̂_j,
+  Σ_i dY_ij y_ij: a share (1 − ĉ_k) Bzz/(k B) of |w_j|² (rows independent). Against the β²/s² the functionals
+  read, `key_gain` = k(1 − ρ_k)/((k − 2)(1 − ĉ_k)) · (1 − (1 − ĉ_k) Bzz/(k B)).
 * V path: unchanged (it reads only the softmax weights).
-The projection in the K path is taken at its isotropic share (k − 1)/k: the gradient Σ_i dY_ij q̂_i leans toward
-k̂_j like the Q path's toward q̂_i, a share of order Bz/(kB) that is not removed here.
 """
 from __future__ import annotations
 
