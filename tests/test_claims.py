@@ -13,6 +13,7 @@ from sigprop.experiments import (
     dslm_depth,
     entropy_collapse,
     growth,
+    postln_horizon,
     registry,
     shaped_vs_preln,
 )
@@ -157,6 +158,47 @@ def test_dslm_depth_admin_rule(admin_final, dslm_final, verdict, answer):
     assert got == verdict and reason.endswith(answer + ".")
     s = run(dslm_depth, {**DSLM, "steps": 200}, dslm_points(dslm_final, [5.0, 5.0], admin_final))
     assert s["verdicts"]["admin-postln"][0] == "inconclusive"
+
+
+# --- dslm-postln-horizon: at the papers' long horizon, DSLM Post-LN trains where standard Post-LN does not
+
+HOR = {"depth": 4, "width": 16, "heads": 2}
+HGRID = [3e-5, 1e-4, 3e-4, 1e-3]
+
+
+def horizon_points(finals, improving=(False,) * 4, reference=4.5):
+    """Each model tuned with its optimum inside the grid; scored on seed 0 at 1e-4 with ``finals`` (DSLM Post-LN,
+    standard Post-LN, Admin) and ``reference`` (DSLM Pre-LN); unigram 5.0."""
+    out = []
+    for key, final, better in zip(postln_horizon.MODELS, [*finals, reference], improving):
+        out += [pt(key, "tuning", g, TUNING, x, 5.0) for g, x in zip(HGRID, [5.0, 4.6, 4.8, 5.0])]
+        out.append(pt(key, "scored", 1e-4, 0, final, 5.0, {"improving": better}))
+    return out
+
+
+@pytest.mark.parametrize("finals, improving, steps, verdict, cause", [
+    ((4.6, 5.0, 5.0), (False,) * 4, 2000, "reproduced", "yes"),
+    ((4.6, 4.7, 5.0), (False,) * 4, 2000, "partly", "yes"),             # standard Post-LN trains too
+    ((5.0, 5.0, 4.7), (False,) * 4, 2000, "not reproduced", "yes"),     # only Admin trains
+    ((5.0, 5.0, 5.0), (True, False, False, False), 2000, "not reproduced", "open"),
+    ((5.0, 5.0, 5.0), (False,) * 4, 2000, "not reproduced", "no"),
+    ((4.6, 5.0, 5.0), (False,) * 4, 1000, "inconclusive", "yes"),       # shorter than the rule's horizon
+])
+def test_postln_horizon(finals, improving, steps, verdict, cause):
+    s = run(postln_horizon, {**HOR, "steps": steps, "warmup": steps // 4}, horizon_points(finals, improving))
+    assert s["verdict"] == verdict and s["verdicts"]["horizon-cause"][0] == cause
+    assert run(postln_horizon, {**HOR, "steps": 2000, "warmup": 200},
+               horizon_points(finals, improving))["verdict"] == "inconclusive"          # warmup under 25 %
+    assert run(postln_horizon, {**HOR, "steps": 2000, "warmup": 500},
+               horizon_points(finals, improving, reference=5.0))["verdict"] == "inconclusive"   # the regime fails
+
+
+def test_a_run_still_improving_fell_over_the_last_quarter():
+    from sigprop.experiments.verdicts import improving
+
+    assert improving([[0, 6.0], [1500, 5.0], [2000, 4.9]], 2000)
+    assert not improving([[0, 6.0], [1500, 5.0], [2000, 4.99]], 2000)
+    assert not improving([[0, 6.0], [1500, 5.0], [2000, math.nan]], 2000)
 
 
 # --- deep-thin: deeper-thinner beats shallow-wide in every setting

@@ -23,6 +23,7 @@ EXPERIMENTS = {
     "shaped-vs-preln": "shaped_vs_preln:CLAIM",
     "entropy-collapse": "entropy_collapse:CLAIM",
     "dslm-depth": "dslm_depth:CLAIM",
+    "dslm-postln-horizon": "postln_horizon:CLAIM",
     "deep-thin": "deep_thin:CLAIM",
     "depth-transfer": "depth_transfer:CLAIM",
     "growth": "growth:CLAIM",

@@ -203,6 +203,66 @@ def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: M
     return name, f"{runs}; largest stable lr (tuning seed): {lrs}."
 
 
+HORIZON_STEPS = 2000      # the papers' Post-LN regime: a long horizon ...
+HORIZON_WARMUP = 0.25     # ... with warmup over at least this share of it
+IMPROVING = 0.02          # nats the held-out loss must still fall over the last quarter of a run to count as improving
+
+
+def improving(val_curve: Sequence[Sequence[float]], steps: int) -> bool:
+    """Whether a run is still improving at its end: its last held-out loss is at least `IMPROVING` nats below its
+    loss at the last evaluation at or before 3/4 of ``steps`` (``val_curve``: [[step, loss], ...])."""
+    before = [loss for step, loss in val_curve if step <= 0.75 * steps]
+    return bool(before and val_curve) and math.isfinite(val_curve[-1][1]) and \
+        val_curve[-1][1] <= before[-1] - IMPROVING
+
+
+def postln_horizon(dslm: Model, standard: Model, others: Mapping[str, Model], reference: Model, steps: int,
+                   warmup: int, min_seeds: int = 1) -> tuple[str, str]:
+    """DeepScaleLM's Post-LN claim in the regime its papers train in (Kedia et al. 2024; Liu et al. 2020 for
+    Admin): at 192 layers, with a long warmup and a long horizon, DSLM's Post-LN trains where the standard Post-LN
+    does not.
+
+    Every argument is a tuned model scored at its own lr, whose scored entries also carry ``unigram`` and
+    ``improving`` (per seed, `improving`): ``dslm`` (DSLM Post-LN), ``standard`` (standard Post-LN), ``others``
+    (further Post-LN models by label: Admin), ``reference`` (DSLM Pre-LN, which trains at 192 layers in
+    300 steps). With `trains`: *reproduced* if every scored DSLM Post-LN run trains and no standard Post-LN run
+    does; *partly* if some DSLM Post-LN run trains (but not every one, or a standard one trains too); *not
+    reproduced* if none does. *Inconclusive* if the horizon is shorter than `HORIZON_STEPS` or its warmup below
+    `HORIZON_WARMUP` of it, if a model fails the shared tuning rule, or if the reference does not train on every
+    scored seed (then the regime, not the Post-LN stack, fails). The reason also answers "was the 300-step
+    horizon the cause?" (`horizon_cause`)."""
+    problems = [f"{steps} steps, the rule needs {HORIZON_STEPS}"] if steps < HORIZON_STEPS else []
+    if warmup < HORIZON_WARMUP * steps:
+        problems.append(f"warmup {warmup} of {steps} steps, the rule needs {HORIZON_WARMUP:.0%}")
+    postln = {"DSLM Post-LN": dslm, "standard Post-LN": standard, **others}
+    models = {**postln, "DSLM Pre-LN": reference}
+    for label, m in models.items():
+        problems += tuning_problems(label, m, min_seeds)
+    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
+    if not problems and not all(ok(reference)):
+        problems.append("the DSLM Pre-LN reference does not train on every scored seed")
+    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train, {sum(m['improving'])} still improving"
+                     for k, m in models.items())
+    if problems:
+        return "inconclusive", "; ".join(problems) + f" ({runs})."
+    name = ("reproduced" if all(ok(dslm)) and not any(ok(standard)) else "partly" if any(ok(dslm))
+            else "not reproduced")
+    return name, f"{runs}; was the 300-step horizon the cause: {': '.join(horizon_cause(postln))}."
+
+
+def horizon_cause(models: Mapping[str, Model]) -> tuple[str, str]:
+    """Was the short horizon why no Post-LN model trained at 192 layers in 300 steps? Over the Post-LN ``models``
+    (scored at the long horizon, as in `postln_horizon`): *yes* if a scored run of one of them trains; *no* if
+    none trains and none is still improving at its end; *open* if none trains but some run is still improving (a
+    longer horizon might yet train it)."""
+    postln = list(models.values())
+    if any(trains(x, u) for m in postln for x, u in zip(m["final_loss"], m["unigram"])):
+        return "yes", "a Post-LN model trains at the long horizon"
+    if any(any(m["improving"]) for m in postln):
+        return "open", "no Post-LN model trains yet, but some is still improving at its end"
+    return "no", "no Post-LN model trains, and none is still improving at its end"
+
+
 def admin_postln(admin: Mapping[str, Model], others: Mapping[str, Model], steps: int, min_seeds: int = 2
                  ) -> tuple[str, str]:
     """Admin's claim at depth (Liu et al. 2020, "Understanding the Difficulty of Training Transformers"): with

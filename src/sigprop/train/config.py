@@ -89,7 +89,8 @@ class TrainConfig:
     eval_every: int = 100            # evaluate every k steps (and at the end); 0 = only at the end
     eval_batches: int = 4            # validation size, in global batches (0 = no evaluation)
     diag_every: int = 0              # attention entropy + token correlation every k steps (0 = off)
-    block_grads: bool = False        # log each block's gradient norm (before clipping) on the steps that evaluate
+    block_grads: bool = False        # log each block's gradient norm (before clipping) and each post-norm
+    #                                    sublayer's shortcut factor on the steps that evaluate
     ckpt_every: int = 500            # checkpoint every k steps (and at the end); 0 = only at the end
     keep_last: int = 3               # checkpoints kept on disk
     seed: int = 0                    # seeds init, data order, corruption
