@@ -1,15 +1,16 @@
 """qk-norm's moment map (`sigprop.theory.moments.qk_norm`) against Monte Carlo of the real torch op.
 
-One attention sublayer with LayerNorm on each head's queries and keys (width 64, 4 heads, 32 bidirectional
-tokens, float64, fresh weights per draw): the map's output variance and input-gradient variance (under an output
-gradient drawn independently of the network) within MAP_TOL plus four standard errors of the measured means.
-With the finite-head corrections switched off (Gaussian logits in place of the normalized keys' sphere
-coordinates, no Bzz term, no bulk shift) the same comparison must fail. The model-level check, 3–48 blocks, is in
-tests/test_predict_knobs.py.
+One attention sublayer with LayerNorm on each head's queries and keys (width 64, 4 heads, bidirectional rows,
+float64, fresh weights per draw): the map's output variance and input-gradient variance (under an output gradient
+drawn independently of the network) within MAP_TOL plus three standard errors of the measured means. With the
+finite-head corrections switched off (Gaussian logits in place of the normalized keys' sphere coordinates, no Bzz
+term, no bulk shift) the same comparison must fail. `GAPS`: points where the map misses, with the error measured
+here, as strict xfails. The model-level check, 3–48 blocks, is in tests/test_predict_knobs.py.
 """
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ from sigprop.theory.moments import qk_norm, softmax
 from sigprop.theory.moments.state import Moments
 
 D, H, T, DRAWS, SEQS = 64, 4, 32, 160, 4
+GAPS = {(128, 0.0): "128 uncorrelated tokens: input gradient 6.2 % high (s.e. 0.4 %), output variance 2.6 %: the Q and "
+                    "K paths, whose coupling to the value-gradient direction through the normalized keys is taken as "
+                    "in the unnormalized map; the gap grows with the number of keys (4.4 % at 32)"}
 MAP_TOL = 0.04          # the map's own accuracy at this size (docs/architectures.md), on top of the noise
 UNIT = Moments(0.0, 1.0, 0.0, 1.0, 0.0)
 
@@ -34,7 +38,8 @@ def _module(kind: str = "layernorm") -> Attention:
     return att
 
 
-def _measure(r: float) -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=4)
+def _measure(r: float, T: int = T) -> tuple[np.ndarray, np.ndarray]:
     """Per draw: the output's mean square and the input gradient's mean square, tokens √r c + √(1 − r) e_j."""
     g = torch.Generator().manual_seed(0)
     att = _module()
@@ -53,7 +58,7 @@ def _measure(r: float) -> tuple[np.ndarray, np.ndarray]:
     return np.array(out), np.array(grad)
 
 
-def _errors(r: float, samples: tuple[np.ndarray, np.ndarray]) -> list[tuple[float, float]]:
+def _errors(r: float, samples: tuple[np.ndarray, np.ndarray], T: int = T) -> list[tuple[float, float]]:
     """(relative error of the map, relative standard error of the measurement) for output and gradient variance."""
     att = _module().moment_map(T)
     m = Moments(0.0, 1.0, r)
@@ -66,18 +71,18 @@ def _clear_caches() -> None:
     attention_map.row_profiles.cache_clear()
 
 
-@pytest.fixture(scope="module")
-def uncorrelated() -> tuple[np.ndarray, np.ndarray]:
-    return _measure(0.0)
+POINTS = [pytest.param(*point, marks=[pytest.mark.xfail(strict=True, reason=GAPS[point])] if point in GAPS else [])
+          for point in ((32, 0.0), (16, 0.5), (128, 0.0))]
 
 
-def test_sublayer_against_monte_carlo(uncorrelated) -> None:
-    for err, se in _errors(0.0, uncorrelated):
+@pytest.mark.parametrize("tokens, r", POINTS)
+def test_sublayer_against_monte_carlo(tokens: int, r: float) -> None:
+    for err, se in _errors(r, _measure(r, tokens), tokens):
         assert se < MAP_TOL / 4
-        assert abs(err) < MAP_TOL + 4 * se, f"relative error {err:.3f} (s.e. {se:.3f})"
+        assert abs(err) < MAP_TOL + 3 * se, f"relative error {err:.3f} (s.e. {se:.3f})"
 
 
-def test_without_the_finite_head_corrections_the_map_fails(uncorrelated, monkeypatch) -> None:
+def test_without_the_finite_head_corrections_the_map_fails(monkeypatch) -> None:
     """Gaussian logits (the unnormalized map's functionals), no Bzz, no bulk shift: the forward 10 % and the
     gradient 20 % high here, outside the tolerance the corrected map meets."""
     gaussian = attention_map.exact_rows
@@ -86,10 +91,10 @@ def test_without_the_finite_head_corrections_the_map_fails(uncorrelated, monkeyp
     monkeypatch.setattr(qk_norm, "bulk_shift", lambda rows, p: 0.0)
     _clear_caches()
     try:
-        errors = _errors(0.0, uncorrelated)
+        errors = _errors(0.0, _measure(0.0))
     finally:
         _clear_caches()
-    assert any(abs(err) > MAP_TOL + 4 * se for err, se in errors), errors
+    assert any(abs(err) > MAP_TOL + 3 * se for err, se in errors), errors
 
 
 def test_sphere_logits_have_the_closed_form_moment_generating_function() -> None:
