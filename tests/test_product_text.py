@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ["README.md", "pyproject.toml", ".ci", "docs", "bench", "configs", "src", "tests", "examples"]
-SUFFIXES = {".md", ".py", ".toml", ".sh", ".txt", ".cfg", ""}
+SHIPPED = ["README.md", "pyproject.toml", "conftest.py", "mkdocs.yml", ".ci", "docs", "bench", "configs", "src",
+           "tests", "examples"]
+SUFFIXES = {".md", ".py", ".toml", ".sh", ".txt", ".cfg", ".yml", ""}
 
 FORBIDDEN = {
     "a work session": re.compile(r"\bsessions?\b(?!\")", re.I),          # pytest's scope="session" is allowed

@@ -48,6 +48,8 @@ from .shaped import NAME, ShapedMix, register
 
 FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
 SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
+"""The ``config.model_type`` values `apply` accepts (the GPT-2, BERT and LLaMA families); any other raises
+``ValueError`` naming this list."""
 SCHEMES = ("dslm", "shaped", "deepnorm", "depth_mup", "completep", "admin")
 # arguments of `apply` each scheme reads; a non-default value of any other is refused
 USES = {"dslm": ("gamma", "k", "r0", "seq_len", "learn_residual"),

@@ -15,6 +15,7 @@ from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
 ARCHITECTURES: dict[str, type[nn.Module]] = {
     "decoder": DecoderLM, "encoder": EncoderMLM, "encdec": EncoderDecoder, "vit": ViT,
 }
+"""``ModelConfig.arch`` -> the model class `build_model` instantiates with the config."""
 
 
 # torch's default initializers, which module constructors call; on the meta device there is nothing to draw

@@ -16,6 +16,8 @@ from .vanilla import Vanilla
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (PreLN(), PostLN(), Vanilla(), Shaped(), DSLM(), DeepNorm(),
                                                  DepthMuP(), CompleteP(), GPT2(), Admin())}
+"""``ModelConfig.scheme`` -> the registered `Scheme` instance (one per file of this package); `get_scheme` looks
+names up here."""
 
 
 def get_scheme(name: str) -> Scheme:
