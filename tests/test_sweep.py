@@ -241,6 +241,13 @@ def test_shipped_sweep_configs_resolve(path):
     assert len(points) > 1 and spec.size in spec.grid
 
 
+@pytest.mark.parametrize("path", sorted(p for p in (Path(__file__).resolve().parents[1] / "configs" / "advise_bench")
+                                        .glob("*.toml") if p.name != "base.toml"))
+def test_the_lr_benchmarks_families_resolve_over_one_grid(path):
+    spec = load_spec(path)
+    assert len(resolve(spec)) >= 8 and spec.grid["optim.lr"] == [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+
+
 def test_a_point_folder_of_other_files_is_not_cleared(tmp_path):
     """A point starts from scratch by clearing its folder, by the run-folder rule: never a folder of other files."""
     spec = load_spec(write(tmp_path, GRID))
