@@ -301,7 +301,33 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     `Batch` objects: the first trains, the last is held out), ``optim`` (default `OptimConfig()`), ``steps``
     (default 1000) and optionally the ``unigram`` loss (default: from the batches). ``lrs``: the peak lrs to
     predict (default: the config's ``optim.lr``). ``hf_config``: what `sigprop.hf.apply` returned (its optimizer
-    rules), if the model was applied."""
+    rules), if the model was applied.
+
+    Args:
+        model_or_cfg: a `RunConfig`, the path of a run's TOML file, a `ModelConfig` (built with its seed) or a
+            model (a sigprop model or a `transformers` causal LM).
+        lrs: the peak learning rates to give an outcome for; default the config's ``optim.lr``.
+        batches: for a model or `ModelConfig`: two or more batches, the first trains, the last is held out.
+        optim: for a model: the optimizer settings the run will use (default `OptimConfig()`).
+        steps: for a model: the run's length in optimizer steps (default 1000).
+        unigram: the unigram loss of the data in nats (default: from the batches).
+        hf_config: for a `transformers` model that went through `sigprop.hf.apply`: what it returned.
+        rule: the advice's constants (`Rule`; the default is the fitted one).
+        iterations: refinement passes of each lr scale's line search along the first step.
+        seed: seed of the probes' random directions.
+
+    Returns:
+        The `Advice`: the report at init, the recommended lr with its interval, the largest stable lr and one
+        outcome per lr in ``lrs``.
+
+    Raises:
+        TypeError: ``model_or_cfg`` is none of the above.
+        NotImplementedError: a model that is neither a sigprop nor a `transformers` model (no moment maps), or
+            a ViT run config (the stall level needs token data).
+        ValueError: fewer than two ``batches``, or batches that are not (B, T + 1) id tensors with T + 1 >= 3.
+        UserError: an lr that is not a positive finite number, or a config file that cannot be read or holds
+            an invalid value (`FieldError`).
+    """
     start = time.perf_counter()
     if isinstance(model_or_cfg, (str, Path)):
         model_or_cfg = load_config(model_or_cfg)

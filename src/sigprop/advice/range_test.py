@@ -47,7 +47,23 @@ def ramp(lr_min: float, lr_max: float, steps: int) -> list[float]:
 def lr_range_test(step: Callable[[float], float], lr_min: float = 1e-5, lr_max: float = 1.0, steps: int = 100,
                   beta: float = 0.98, stop_factor: float = 4.0, skip: int | None = None) -> RangeTest:
     """Run the range test with ``step(lr) -> training loss`` (one optimizer step at ``lr``; module docstring).
-    ``skip``: leading points left out of the steepest-slope pick (default a tenth of ``steps``)."""
+
+    Args:
+        step: takes one optimizer step at the given lr and returns its training loss.
+        lr_min: the ramp's first lr.
+        lr_max: the ramp's last lr.
+        steps: the ramp's length N.
+        beta: the smoothing factor β of the loss's moving average.
+        stop_factor: the run stops once the smoothed loss exceeds this many times its best so far.
+        skip: leading points left out of the steepest-slope pick (default a tenth of ``steps``).
+
+    Returns:
+        The `RangeTest`: the lrs and losses of the steps taken, and its two picks.
+
+    Raises:
+        ValueError: not 0 < ``lr_min`` < ``lr_max`` or ``steps`` < 3, or the loss blew up (not finite, or above
+            the stop factor) before ``skip`` + 3 points.
+    """
     start = time.perf_counter()
     skip = max(1, steps // 10) if skip is None else skip
     lrs, losses, smoothed = [], [], []
@@ -77,7 +93,21 @@ def lr_range_test(step: Callable[[float], float], lr_min: float = 1e-5, lr_max: 
 def run_range_test(cfg: RunConfig, steps: int | None = None, lr_min: float = 1e-5, lr_max: float = 1.0
                    ) -> RangeTest:
     """The range test on a run config: its model, data order, optimizer groups (the scheme's lr multipliers),
-    loss and gradient clipping, for ``steps`` (default the run's ``train.steps``) steps of the ramp."""
+    loss and gradient clipping, for ``steps`` (default the run's ``train.steps``) steps of the ramp.
+
+    Args:
+        cfg: the run's config.
+        steps: the ramp's length (default ``cfg.train.steps``).
+        lr_min: the ramp's first lr.
+        lr_max: the ramp's last lr.
+
+    Returns:
+        The `RangeTest` of `lr_range_test`.
+
+    Raises:
+        ValueError: as `lr_range_test`.
+        NotImplementedError: a ViT run (the range test trains a language model's loss).
+    """
     from .advise import lm_loss, run_inputs
 
     start = time.perf_counter()

@@ -46,7 +46,13 @@ WINDOW = "window"                     # the recommendation's basis √(η_min η
 @dataclass(frozen=True)
 class Rule:
     """The constants of the advice (module docstring). Defaults: the fit of bench/advise.py on its calibration
-    sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart."""
+    sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart. Each field's
+    meaning is the comment beside it.
+
+    Raises:
+        ValueError: a ``basis`` or ``edge_basis`` that names no lr scale, a constant that is not a positive
+            finite number, or not ``lo`` <= ``best`` <= ``hi``.
+    """
 
     basis: str = "one-step optimum"  # the scale the recommendation is read from (a LIMITS name or WINDOW)
     best: float = 1.41421            # recommended lr / η_basis

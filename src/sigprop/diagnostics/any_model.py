@@ -26,7 +26,24 @@ def diagnose_model(model: nn.Module, batch: Any, blocks: Selector, out: str | Pa
     """`measure` ``model`` on ``batch`` at the modules ``blocks`` selects (a module class, an iterable of classes,
     a name pattern or a predicate, see `sigprop.diagnostics.measure`), write ``out``/measured.{csv,json} and
     ``out``/diagnose.png, and return the records. Parameters' ``.grad`` are left as they were; a selector
-    whose modules record nothing raises ValueError (as `measure`), before any file is written."""
+    whose modules record nothing raises ValueError (as `measure`), before any file is written.
+
+    Args:
+        model: any torch model.
+        batch: its input (a tensor, a tuple of positional arguments or a dict of keyword arguments).
+        blocks: the modules to record: a module class, an iterable of classes, a name pattern or a predicate.
+        out: the folder to write to (created if missing).
+        loss_fn: the loss whose gradient is measured (default `random_projection_loss`).
+        seed: seed of the default loss's projection.
+        title: the plot's title (default the model's class and the seed).
+
+    Returns:
+        The records of `measure`, one per selected module.
+
+    Raises:
+        ValueError: a selector of another form, one that selects nothing, or whose modules record nothing.
+        OSError: ``out`` cannot be created or written.
+    """
     records = measure(model, batch, loss_fn=loss_fn, seed=seed, blocks=blocks)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,12 @@ def select(model: nn.Module, blocks: Selector) -> list[tuple[str, nn.Module]]:
 
 
 def random_projection_loss(out: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """⟨out, G⟩ with G ~ N(0, 1) i.i.d. (seeded): a loss whose output gradient has unit variance."""
+    """⟨out, G⟩ with G ~ N(0, 1) i.i.d. (seeded): a loss whose output gradient has unit variance.
+
+    Args:
+        out: the model's output, any shape.
+        seed: seed of G (drawn on the CPU, then moved to ``out``'s device).
+    """
     g = torch.Generator().manual_seed(seed)
     return (out * torch.randn(out.shape, generator=g, dtype=out.dtype).to(out.device)).sum()
 
@@ -94,9 +99,25 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
     the same tensor with the same values (`backprop`). ``backward=False``: the forward pass alone, under
     ``torch.no_grad``, ``grad_var`` None; ``stable_ranks=False``: ``stable_rank`` None.
 
-    Raises ValueError when nothing can be recorded: without ``blocks``, on a model with no sigprop
-    `Sublayer` (pass ``blocks``); with ``blocks``, when none of the selected modules ran in the forward
-    pass or returned a tensor (the error names the selected modules).
+    Args:
+        model: any torch model.
+        batch: its input: a tensor, a tuple of positional arguments or a dict of keyword arguments.
+        loss_fn: the loss of the model's output whose gradient is measured (default
+            `random_projection_loss`, whose output gradient has unit variance).
+        seed: seed of the default loss's projection.
+        attention_stats: record each sigprop attention's entropy and largest logit.
+        blocks: which modules to record (module docstring); default sigprop's sublayers.
+        backward: take the backward pass (``grad_var``); False: the forward alone, under ``torch.no_grad``.
+        stable_ranks: record each output's stable rank (an SVD per sequence).
+
+    Returns:
+        One `Record` per recorded module output, in execution order (layer 0: the embedding).
+
+    Raises:
+        ValueError: nothing can be recorded: without ``blocks``, on a model with no sigprop `Sublayer` (pass
+            ``blocks``); with ``blocks``, when none of the selected modules ran in the forward pass or returned
+            a tensor (the error names the selected modules); or ``blocks`` of another form, or selecting no
+            submodule.
     """
     outputs: dict[tuple, torch.Tensor] = {}
     attn_stats: dict[tuple, tuple[float, float]] = {}

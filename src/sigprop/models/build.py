@@ -57,7 +57,21 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
                 batch: torch.Tensor | Sequence[torch.Tensor] | None = None) -> nn.Module:
     """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic. ``device="meta"``
     allocates no weights: the init pass only records each weight's std (what `predict` reads). ``batch``: the
-    model's positional inputs for the scheme's data-dependent init (`calibrate`; Admin's profiled ω)."""
+    model's positional inputs for the scheme's data-dependent init (`calibrate`; Admin's profiled ω).
+
+    Args:
+        cfg: the validated model configuration; ``cfg.arch`` picks the class (`ARCHITECTURES`), ``cfg.scheme``
+            the init.
+        device: where to allocate the weights (default torch's current device); ``"meta"``: nowhere.
+        batch: the model's positional inputs (token ids, images, or (src, tgt) for an encdec) for `calibrate`.
+
+    Returns:
+        The model, its every parameter initialized by the scheme's rule for its role.
+
+    Raises:
+        ValueError: a ``batch`` with ``device="meta"``.
+        RuntimeError: a parameter without a role tag (`initialize`).
+    """
     meta = device is not None and torch.device(device).type == "meta"
     if batch is not None and meta:
         raise ValueError("build_model: a batch needs real weights to run on; it cannot be used with device='meta'")
@@ -78,6 +92,11 @@ def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor]) ->
     """Let the scheme of ``model`` (a sigprop model) set its data-dependent init values from ``batch``, the
     model's positional inputs (token ids, images, or (src, tgt) for an encdec), on the model's device:
     `sigprop.schemes.admin.profile` under scheme "admin" with ``admin_mode="profile"``; nothing for the
-    schemes whose init is data-free. Call it at init (the trainer does, on its first training batch)."""
+    schemes whose init is data-free. Call it at init (the trainer does, on its first training batch).
+
+    Args:
+        model: a sigprop model (it carries its ``cfg``), as `build_model` returned it.
+        batch: the model's positional inputs.
+    """
     inputs = (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
     get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs)

@@ -177,7 +177,21 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
     shaped attention, forward with the exchangeable maps, and, as a Post-LN stack whose token correlation stays
     below COLLAPSED_CORR, backward with them too); bidirectional stacks with the exchangeable maps. An ``encdec``
     gives the encoder's records (stack "enc", embedding = the source's) then the decoder's ("dec"), as
-    `measure` orders them. Raises NotImplementedError for a module or option without an exact map.
+    `measure` orders them.
+
+    Args:
+        model_or_cfg: a sigprop model, read as it is, or a `ModelConfig` (built on the meta device).
+        seq_len: tokens per sequence (default the position table's size, ``max_seq_len``; source and target
+            length for ``encdec``; unused by ``vit``).
+        token_collision: P(two positions hold the same token); default the Zipf law over the vocabulary
+            (natural text); 1/vocab_size for uniformly random tokens.
+
+    Returns:
+        One `Record` per map output, with the predicted ``fwd_mean``, ``fwd_var``, ``token_corr``, ``grad_var``.
+
+    Raises:
+        NotImplementedError: a module or option without an exact map, named (`docs/architectures.md` lists
+            the knobs and what is refused).
 
     Cost, for N blocks (2N sublayers; 3N in an encdec decoder), L tokens, width d, head width d_k:
       * the model from a config: O(N) module constructions on the meta device and one init pass, which records

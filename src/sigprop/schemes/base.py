@@ -148,6 +148,18 @@ def initialize(model: nn.Module, cfg: Any, scheme: Scheme) -> dict[str, int]:
     the modules' moment maps; ``bias`` → 0; ``norm`` gains → 1; ``constant`` (shaping/residual scalars) keep
     the value their module was built with. Every parameter must carry a role: an untagged one is an error,
     never silently skipped. On the meta device only the stds are recorded.
+
+    Args:
+        model: the freshly constructed model, its parameters tagged by role (`sigprop.nn.roles`).
+        cfg: its `ModelConfig`.
+        scheme: the scheme whose ``init_std`` draws each weight.
+
+    Returns:
+        The number of parameters per role.
+
+    Raises:
+        RuntimeError: a parameter without a role tag, named.
+        KeyError: a role the scheme has no init rule for.
     """
     counts: dict[str, int] = {}
     for name, p in model.named_parameters():          # shared (tied) parameters are listed once
