@@ -97,12 +97,16 @@ def unigram_nll(train_tokens: torch.Tensor, targets: torch.Tensor, vocab_size: i
 def unigram_loss(run_dir: str | Path) -> float:
     """`unigram_nll` of a finished run's evaluation targets under its training split's frequencies (same
     tokenizer, split and evaluation batch as the run): the loss of a model that learned token frequencies
-    and ignores the context."""
+    and ignores the context. For a classifier (digits) the same of its labels: the class prior's cross-entropy,
+    the loss of a model that ignores the image."""
     run_dir = Path(run_dir)
-    cfg = load_config(run_dir / "config.toml", [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
+    digits = load_config(run_dir / "config.toml").objective == "digits"
+    cfg = load_config(run_dir / "config.toml", [] if digits else [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
     data = prepare_data(cfg, run_dir, save_tokenizer=False)
     n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
     targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
+    if digits:
+        return unigram_nll(data.train.labels, targets, cfg.model.n_classes)
     return unigram_nll(data.train.tokens, targets, data.tokenizer.vocab_size)
 
 

@@ -1,0 +1,249 @@
+"""The lr benchmark: the families of ``configs/advise_bench``, each config swept over one lr grid, and the ways to
+choose a learning rate scored on it, leave-one-family-out.
+
+    sigprop sweep --config configs/advise_bench/FAMILY.toml --resume        # the data, one sweep per family
+    python -m sigprop.experiments.lr_benchmark --runs runs/advise-bench     # the table (choosers cached per config)
+
+A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
+lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
+(`unigram_loss`: the loss of the training split's token frequencies, or of its class prior for a classifier).
+A *chooser* picks the lrs to train at; its *regret* on a config is the best final loss of the picked runs minus
+the grid's best (an lr between two grid lrs reads the loss linearly interpolated in log lr, an lr outside the
+grid its nearest grid lr's), and its *cost* is the compute it spends besides the one training run it chose, in
+units of that run. An *outcome* per (config, lr): ``trains`` if the run ends at least `TRAIN_MARGIN` nats below
+the stall level; else ``diverges`` if its lr is above the largest lr that trains (or its loss became non-finite);
+else ``stalls``.
+
+Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every *other* family's configs (cost 0);
+``pair`` — the two grid lrs whose better run has the least mean regret there (cost 1: a second run); each also
+``…-hindsight``, chosen over every config, the scored family's included; ``range-test`` — the LR range test
+(`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
+``advise`` — `sigprop.advice.advise`'s recommended lr (cost: its wall seconds over one run's), which also predicts
+an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..train.config import RunConfig, from_mapping
+from ..train.sweep import finished_records, load_spec
+from .training import unigram_loss
+from .verdicts import TRAIN_MARGIN
+
+FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
+NEAR = 0.05             # a regret at most this (nats) counts as "near the best"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One config of a family: its grid, final loss per lr, stall level and the run config of its first run."""
+
+    family: str
+    key: str
+    lrs: tuple[float, ...]
+    losses: tuple[float, ...]
+    level: float
+    run: dict[str, Any]              # the run-config mapping (its lr is the grid's first)
+    run_s: float                     # median wall seconds of one of its training runs
+
+    @property
+    def best(self) -> float:
+        return min(self.losses)
+
+    def loss_at(self, lr: float) -> float:
+        """The final loss at ``lr``: interpolated in log lr between grid lrs, the nearest grid lr's outside."""
+        xs = [math.log(x) for x in self.lrs]
+        t = min(max(math.log(lr), xs[0]), xs[-1])
+        for (a, la), (b, lb) in itertools.pairwise(zip(xs, self.losses)):
+            if a <= t <= b:
+                w = (t - a) / (b - a)
+                return la + w * (lb - la)
+        return self.losses[0]
+
+    def regret(self, lrs: Sequence[float]) -> float:
+        """Best final loss among runs at ``lrs`` minus the grid's best."""
+        return min(self.loss_at(x) for x in lrs) - self.best
+
+    def outcomes(self) -> list[str]:
+        """The achieved outcome at each grid lr (module docstring)."""
+        ok = [x <= self.level - TRAIN_MARGIN for x in self.losses]
+        top = max((lr for lr, t in zip(self.lrs, ok) if t), default=None)
+        return ["trains" if t else "diverges" if top is not None and lr > top else "stalls"
+                for lr, t in zip(self.lrs, ok)]
+
+
+def load(runs: Path, families: Sequence[str] | None = None) -> list[Config]:
+    """Every finished config of every family sweep under ``runs/FAMILY`` (a config counts once all its grid lrs
+    are finished)."""
+    out = []
+    for path in sorted(FAMILIES_DIR.glob("*.toml")):
+        family = path.stem
+        if family == "base" or (families and family not in families):
+            continue
+        spec = load_spec(path, str(runs / family))
+        grid = sorted(spec.grid["optim.lr"])
+        by_key: dict[str, dict[float, dict[str, Any]]] = {}
+        for r in finished_records(runs / family / "sweep.jsonl").values():
+            point = {k: v for k, v in r["point"].items() if k not in ("optim.lr", "seed")}
+            by_key.setdefault(json.dumps(point, sort_keys=True), {})[r["point"]["optim.lr"]] = r
+        for key, rs in sorted(by_key.items()):
+            if sorted(rs) != grid:
+                continue
+            runs_ = [rs[lr] for lr in grid]
+            losses = tuple(r["initial_val_loss"] if r["diverged"] else r["final_val_loss"] for r in runs_)
+            out.append(Config(family, key, tuple(grid), losses, unigram_loss(runs_[0]["config"]["train"]["out_dir"]),
+                              runs_[0]["config"], statistics.median(r["wall_s"] for r in runs_)))
+    return out
+
+
+def least_regret(configs: Sequence[Config], k: int) -> tuple[float, ...]:
+    """The ``k`` grid lrs whose best run has the least mean regret over ``configs``."""
+    grid = configs[0].lrs
+    return min(itertools.combinations(grid, k), key=lambda c: statistics.fmean(x.regret(c) for x in configs))
+
+
+Choice = tuple[tuple[float, ...], float, list[str] | None]   # (lrs to train at, cost in runs, outcome per grid lr)
+
+
+def fixed(k: int, hindsight: bool = False) -> Callable[[Config, Sequence[Config]], Choice]:
+    """The ``k`` grid lrs of least mean regret over the other families' configs (every config: ``hindsight``)."""
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        fit = list(every) if hindsight else [x for x in every if x.family != c.family]
+        return (least_regret(fit, k) if fit else ()), float(k - 1), None      # no other family: no answer
+    return choose
+
+
+def _cached(name: str, compute: Callable[[Config], dict[str, Any]], cache: Path
+            ) -> Callable[[Config, Sequence[Config]], dict[str, Any]]:
+    def run(c: Config, _every: Sequence[Config]) -> dict[str, Any]:
+        path = cache / name / f"{hashlib.sha1((c.family + c.key).encode()).hexdigest()[:16]}.json"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"family": c.family, "key": c.key, **compute(c)}))
+        return json.loads(path.read_text())
+    return run
+
+
+def _cfg(c: Config, out: Path) -> RunConfig:
+    raw = json.loads(json.dumps(c.run))
+    raw["train"] = {**raw["train"], "out_dir": str(out), "progress": False}
+    return from_mapping(RunConfig, raw)
+
+
+def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """The LR range test's min-loss / 10 pick (cost: its ramp run, the config's steps)."""
+    from ..advice.range_test import run_range_test
+
+    def compute(c: Config) -> dict[str, Any]:
+        t = run_range_test(_cfg(c, cache / "tmp"))
+        return {"lr": t.min_over_10, "steepest": t.steepest, "steps": len(t.lrs), "cost_s": t.cost_s}
+    cached = _cached("range-test", compute, cache)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        r = cached(c, every)
+        return (r["lr"],), r["steps"] / _cfg(c, cache / "tmp").train.steps, None
+    return choose
+
+
+def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """`advise`'s recommended lr (cost: its wall seconds over one training run's), with its outcome per grid lr."""
+    from ..advice import advise
+
+    def compute(c: Config) -> dict[str, Any]:
+        try:
+            a = advise(_cfg(c, cache / "tmp"), lrs=list(c.lrs))
+        except (NotImplementedError, ValueError) as e:
+            return {"lr": None, "error": " ".join(str(e).split()), "cost_s": 0.0, "outcomes": None}
+        return {"lr": a.recommended_lr, "cost_s": a.cost_s, "outcomes": [p["outcome"] for p in a.predictions]}
+    cached = _cached("advise", compute, cache)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        r = cached(c, every)
+        return ((r["lr"],) if r["lr"] else ()), r["cost_s"] / c.run_s, r["outcomes"]
+    return choose
+
+
+def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, Sequence[Config]], Choice]]:
+    """The choosers of the module docstring by name."""
+    every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
+             "pair-hindsight": fixed(2, True), "range-test": None, "advise": None}
+    unknown = sorted(set(names) - set(every))
+    if unknown:
+        raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
+    made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache)}
+    return {n: every[n] or made[n]() for n in names}
+
+
+def balanced_accuracy(said: Sequence[str], achieved: Sequence[str]) -> float:
+    """Mean over the achieved outcomes present of the share predicted right."""
+    kinds = sorted(set(achieved))
+    return statistics.fmean(sum(s == a == k for s, a in zip(said, achieved)) / achieved.count(k) for k in kinds)
+
+
+def score(configs: Sequence[Config], chooser: Callable[[Config, Sequence[Config]], Choice]) -> list[dict[str, Any]]:
+    """One row per config: family, key, chosen lrs, regret (inf when the chooser gave no lr), cost, and the
+    predicted and achieved outcome per grid lr where the chooser predicts them."""
+    rows = []
+    for c in configs:
+        lrs, cost, said = chooser(c, configs)
+        rows.append({"family": c.family, "key": c.key, "lrs": list(lrs), "cost": cost,
+                     "regret": c.regret(lrs) if lrs else math.inf, "said": said, "achieved": c.outcomes()})
+    return rows
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Median and mean regret, the share within `NEAR` of the best, the median cost, of ``rows``."""
+    r = [x["regret"] for x in rows]
+    return {"n": len(r), "median": statistics.median(r), "mean": statistics.fmean(r),
+            "near": sum(x <= NEAR for x in r) / len(r), "cost": statistics.median(x["cost"] for x in rows)}
+
+
+def table(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown: per family and over all configs, each chooser's median / mean regret, share ≤ `NEAR`, cost."""
+    families = sorted({c.family for c in configs}) + ["all"]
+    head = "| family | n | " + " | ".join(f"{n}: median / mean / ≤ {NEAR} / cost" for n in results) + " |"
+    lines = [head, "|" + "---|" * (2 + len(results))]
+    for f in families:
+        cells = []
+        for rows in results.values():
+            s = summary([x for x in rows if f == "all" or x["family"] == f])
+            cells.append(f"{s['median']:.3f} / {s['mean']:.3f} / {s['near']:.0%} / {s['cost']:.2g}")
+        n = sum(f == "all" or c.family == f for c in configs)
+        lines.append(f"| {f} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m sigprop.experiments.lr_benchmark", description=__doc__.split("\n")[0])
+    p.add_argument("--runs", default="runs/advise-bench", help="the family sweeps' parent folder")
+    p.add_argument("--choosers", nargs="+", default=["fixed", "pair", "fixed-hindsight", "pair-hindsight"])
+    p.add_argument("--families", nargs="+", default=None)
+    p.add_argument("--json", default=None, help="also write every config's rows as JSON")
+    args = p.parse_args(argv)
+    runs = Path(args.runs)
+    configs = load(runs, args.families)
+    if not configs:
+        raise SystemExit(f"no finished config under {runs}")
+    results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
+    print(table(configs, results))
+    for name, rows in results.items():
+        judged = [r for r in rows if r["said"]]
+        if judged:
+            said, achieved = sum((r["said"] for r in judged), []), sum((r["achieved"] for r in judged), [])
+            print(f"{name}: outcome balanced accuracy {balanced_accuracy(said, achieved):.2f} over {len(said)} runs "
+                  f"({len(rows) - len(judged)} configs without an answer)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"configs": [c.__dict__ for c in configs], "results": results},
+                                              indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The lr benchmark's scoring (`sigprop.experiments.lr_benchmark`) on configs written by hand."""
+import math
+
+import pytest
+
+from sigprop.experiments.lr_benchmark import Config, balanced_accuracy, fixed, least_regret, score, summary
+
+GRID = (1e-3, 1e-2, 1e-1)
+
+
+def cfg(family, losses, level=5.0, key=None):
+    return Config(family, key or f"{family}-{losses}", GRID, tuple(losses), level, {}, 10.0)
+
+
+def test_regret_reads_the_loss_between_grid_lrs_in_log_lr_and_the_nearest_outside():
+    c = cfg("a", (4.0, 3.0, 5.0))
+    assert c.regret([1e-2]) == 0 and c.regret([1e-3]) == 1.0
+    assert c.regret([math.sqrt(1e-3 * 1e-2)]) == pytest.approx(0.5)         # half way in log lr
+    assert c.regret([1e-5]) == 1.0 and c.regret([1.0]) == 2.0               # nearest grid lr outside the grid
+    assert c.regret([1e-3, 1e-1]) == 1.0                                    # the better of two runs
+
+
+def test_outcomes_split_failures_by_the_largest_lr_that_trains():
+    assert cfg("a", (4.95, 4.5, 5.0)).outcomes() == ["stalls", "trains", "diverges"]
+    assert cfg("a", (5.0, 5.0, 5.0)).outcomes() == ["stalls"] * 3           # nothing trains: nothing diverges
+
+
+def test_fixed_choosers_never_see_the_scored_family_unless_in_hindsight():
+    configs = [cfg("a", (4.0, 3.0, 5.0)), cfg("a", (4.0, 3.1, 5.0)), cfg("b", (3.0, 4.0, 5.0))]
+    assert least_regret(configs, 1) == (1e-2,) and least_regret(configs, 2) == (1e-3, 1e-2)
+    lofo = score(configs, fixed(1))
+    assert [r["lrs"] for r in lofo] == [[1e-3], [1e-3], [1e-2]]              # each fitted on the other family
+    assert [r["regret"] for r in lofo] == pytest.approx([1.0, 0.9, 1.0])
+    assert [r["regret"] for r in score(configs, fixed(1, hindsight=True))] == pytest.approx([0, 0, 1.0])
+    s = summary(score(configs, fixed(2)))
+    assert s["cost"] == 1.0 and s["n"] == 3
+
+
+def test_balanced_accuracy_weights_each_achieved_outcome_equally():
+    achieved = ["trains"] * 8 + ["stalls", "diverges"]
+    assert balanced_accuracy(["trains"] * 10, achieved) == pytest.approx(1 / 3)
+    assert balanced_accuracy(achieved, achieved) == 1.0
+
+
+def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):
+    """For the digits ViT the stall level is the class prior's cross-entropy: near log 10 (ten classes, about
+    equally frequent), not a token frequency."""
+    from helpers import CONFIGS
+    from sigprop.experiments.training import unigram_loss
+    from sigprop.train import load_config, train
+
+    train(load_config(CONFIGS / "vit_digits.toml", [f"train.out_dir={tmp_path}", "train.steps=1", "train.eval_every=1",
+                                                    "train.progress=false", "model.n_layers=1"]))
+    assert abs(unigram_loss(tmp_path) - math.log(10)) < 0.05
