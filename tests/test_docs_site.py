@@ -70,8 +70,9 @@ def test_every_export_has_a_docstring(package: str) -> None:
     missing = []
     for name in module.__all__:
         obj = getattr(module, name)
-        if inspect.isclass(obj):
-            documented = bool(vars(obj).get("__doc__"))
+        if inspect.isclass(obj):      # a dataclass without a docstring gets its signature as one
+            doc = vars(obj).get("__doc__") or ""
+            documented = bool(doc) and not doc.startswith(f"{obj.__name__}(")
         elif callable(obj):
             documented = bool(obj.__doc__)
         else:

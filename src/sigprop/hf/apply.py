@@ -75,7 +75,12 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
                   shaping: str = "fixed", learn_residual: bool = False,
                   parametrization: str = ModelConfig.parametrization, base_width: int = ModelConfig.base_width,
                   base_depth: int = ModelConfig.base_depth) -> ModelConfig:
-    """The `ModelConfig` that mirrors ``model.config`` under ``scheme`` (validated by ModelConfig)."""
+    """The `ModelConfig` that mirrors ``model.config`` under ``scheme`` (validated by ModelConfig): what
+    `apply` returns, without changing the model. The arguments are `apply`'s.
+
+    Raises:
+        ValueError: as `apply`: an unsupported ``model_type`` or scheme, or an invalid field (`FieldError`).
+    """
     family = family_of(model)
     if scheme not in SCHEMES:
         raise ValueError(f"sigprop.hf.apply scheme must be one of {SCHEMES}, got {scheme!r}")
@@ -111,20 +116,41 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
           base_depth: int = ModelConfig.base_depth, reinit: bool = True) -> ModelConfig:
     """Make ``model`` (a GPT-2, BERT or LLaMA-family `transformers` model) a ``scheme`` model, in place.
 
-    gamma: residual β (γ); None → the scheme's default (dslm √(k/N), shaped 0.2). k: DSLM β² = k/N.
-    r0: DSLM embedding token correlation (None → Zipf estimate). tau0, c_plus, c_minus, shaping:
-    shaped attention temperature τ₀, shaped-ReLU c±, and "fixed" | "recover" | "learn" γ₁/γ₂/s₋.
-    learn_residual: train λ, β. seq_len: DSLM only, the sequence length T the V/O rule is made
-    for (None → the model's number of positions; give the training length, short and causal
-    sequences need it). Arguments the scheme does not read must keep their defaults. parametrization,
-    base_width, base_depth: as the `ModelConfig` fields, for every scheme: "mup" re-initializes input roles at
-    base_width and untied heads by m^{-1/2}, scales attention logits (softmax attention) by the scheme's
-    `attention_scale` and tied logits by its `logit_scale`; base_depth is L₀ of "depth_mup"/"completep",
-    whose branch multipliers (L₀/L)^α are the scheme's `residual`. Optimizer groups: `sigprop.hf.param_groups`.
-    reinit=False re-attaches the forward changes only (e.g. before ``load_state_dict`` of a model saved
-    after `apply`).
-    Returns the mirrored `ModelConfig`, also stored as ``model.sigprop_config``. Every weight drawn records
-    its std (`record_std`), which `sigprop.hf.predict` reads.
+    Arguments the scheme does not read must keep their defaults. Every weight drawn records its std
+    (`record_std`), which `sigprop.hf.predict` reads. Optimizer groups: `sigprop.hf.param_groups`.
+
+    Args:
+        model: the `transformers` model; its ``config.model_type`` must be in `SUPPORTED`.
+        scheme: "dslm", "shaped", "deepnorm", "depth_mup", "completep" or "admin".
+        gamma: residual β (γ); None → the scheme's default (dslm √(k/N), shaped 0.2).
+        k: DSLM β² = k/N.
+        r0: DSLM embedding token correlation (None → Zipf estimate).
+        tau0: shaped attention temperature τ₀.
+        c_plus: shaped-ReLU c₊.
+        c_minus: shaped-ReLU c₋.
+        shaping: "fixed" | "recover" | "learn" γ₁/γ₂/s₋.
+        learn_residual: train λ, β.
+        seq_len: DSLM only, the sequence length T the V/O rule is made for (None → the model's number of
+            positions; give the training length, short and causal sequences need it).
+        parametrization: as the `ModelConfig` field, for every scheme: "mup" re-initializes input roles at
+            ``base_width`` and untied heads by m^{-1/2}, scales attention logits (softmax attention) by the
+            scheme's `attention_scale` and tied logits by its `logit_scale`.
+        base_width: the μP base width.
+        base_depth: L₀ of "depth_mup"/"completep", whose branch multipliers (L₀/L)^α are the scheme's
+            `residual`.
+        reinit: False re-attaches the forward changes only (e.g. before ``load_state_dict`` of a model saved
+            after `apply`).
+
+    Returns:
+        The mirrored `ModelConfig`, also stored as ``model.sigprop_config``.
+
+    Raises:
+        ValueError: a ``model_type`` outside `SUPPORTED`, an unknown scheme or one this family's norm
+            placement refuses, an argument the scheme does not read set to another value than its default, a
+            non-finite number, a ``seq_len`` that is not a positive int, or ``shaping="recover"`` (its schedule
+            needs a trainer); an invalid `ModelConfig` field (`FieldError`).
+        RuntimeError: a model `apply` was already applied to, or one that refuses the shaped attention
+            implementation.
     """
     if getattr(model, "sigprop_config", None) is not None:
         raise RuntimeError("sigprop.hf.apply was already applied to this model")

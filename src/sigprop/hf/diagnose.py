@@ -94,6 +94,23 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     of the measured curves with `plot_records`, and the predicted ones: `sigprop.hf.predict`, walked from the
     model's own modules in the same mode. Where a module, option or input has no exact moment map the plot is titled
     "measured only" and a warning names it.
+
+    Args:
+        model: a `transformers` model of a supported family (`SUPPORTED`), with or without `apply`.
+        batch: input_ids (B, T), or a dict of keyword arguments of the model's forward.
+        loss_fn: the loss of the output whose gradient is measured (default `random_projection_loss`).
+        seed: seed of the default loss's projection.
+        attention_stats: record each attention's entropy and largest logit.
+        plot: the PNG to write, measured beside predicted; None: no plot.
+        mode: "eval" or "train".
+        backward: take the backward pass.
+        stable_ranks: record the stable ranks.
+
+    Returns:
+        One `Record` per sublayer (layer 0: the embedding output), as `sigprop.diagnostics.measure`.
+
+    Raises:
+        ValueError: a ``mode`` other than "eval" or "train", or a model of an unsupported family.
     """
     if mode not in MODES:
         raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")

@@ -54,6 +54,18 @@ def param_rules(model: nn.Module, cfg: ModelConfig) -> list[tuple[str, nn.Parame
 
 
 def param_groups(model: nn.Module, cfg: ModelConfig, **optim: Any) -> list[dict[str, Any]]:
-    """AdamW param groups (``lr``, ``eps``, ``weight_decay`` per group, ``lr_mult`` kept for schedules);
-    ``optim`` are `OptimConfig` fields (lr, eps, weight_decay, ...)."""
+    """AdamW param groups (``lr``, ``eps``, ``weight_decay`` per group, ``lr_mult`` kept for schedules).
+
+    Args:
+        model: a `transformers` model after `apply`.
+        cfg: what `apply` returned (its scheme's optimizer rule per parameter role).
+        **optim: `OptimConfig` fields (lr, eps, weight_decay, ...).
+
+    Returns:
+        One group per distinct (lr, eps, weight-decay) multiplier set, for ``torch.optim.AdamW``.
+
+    Raises:
+        TypeError: an ``optim`` keyword that is not an `OptimConfig` field.
+        FieldError: an invalid `OptimConfig` value.
+    """
     return groups_of(param_rules(model, cfg), OptimConfig(**optim))

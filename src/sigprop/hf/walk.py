@@ -191,8 +191,19 @@ def predict(model: nn.Module, batch: Any, mode: str = "eval") -> list[Record]:
     """Predicted records of a `transformers` model (GPT-2, LLaMA or BERT family) on ``batch``, in the schema,
     labels and order of `sigprop.hf.diagnose` (layer 0 = the stream entering the first block, then one record per
     sublayer), read off its modules in ``mode`` (module docstring); the batch enters through its length, its
-    token-collision probability and (BERT) its token types. Raises NotImplementedError naming a module, option
-    or input without an exact map."""
+    token-collision probability and (BERT) its token types.
+
+    Args:
+        model: a `transformers` model of a supported family, with or without `apply`.
+        batch: input_ids (B, T), or a dict of keyword arguments of the model's forward.
+        mode: "eval" (dropout off) or "train" (the modules' dropout rates).
+
+    Returns:
+        One predicted `Record` per sublayer, labelled as `sigprop.hf.diagnose` labels the measured ones.
+
+    Raises:
+        NotImplementedError: a module, option or input without an exact map, named.
+    """
     walk = Walk(model, batch)
     stack = "dec" if walk.family.mirror(model.config)["arch"] == "decoder" else "enc"
     L = walk.ids.shape[-1]

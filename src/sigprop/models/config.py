@@ -91,6 +91,16 @@ def _choice(field: str, value: Any, allowed: tuple) -> None:
 @accepts_renamed_keys
 @dataclass(frozen=True)
 class ModelConfig:
+    """One model: architecture, sizes, scheme and the architecture knobs, validated on construction. Each field's
+    comment says what it holds and which values it takes; `docs/architectures.md` lists the knobs with what
+    `predict`, `diagnose`, `sigprop.hf.apply`, `grow` and `advise` do with each. A renamed field (``norm``) is
+    still accepted, as a keyword or by `from_dict`, with a ``DeprecationWarning`` naming the new one.
+
+    Raises:
+        FieldError: a value outside its field's range or choices, or a field that has no effect with the others
+            (a ViT field on a decoder, a scheme's knob under another scheme), named with the allowed values.
+    """
+
     arch: str = "decoder"             # decoder (causal LM) | encoder (MLM) | encdec | vit
     vocab_size: int = 256             # token vocabulary (unused by vit)
     d_model: int = 128                # residual stream width n

@@ -110,7 +110,21 @@ def grow(model: nn.Module, n_layers: int, mode: str = "identity", every: int | N
     (llama, mistral, qwen2) model. An `EncoderDecoder` is refused (its two stacks make "the depth"
     ambiguous), as is a `transformers` model after `sigprop.hf.apply` (its hooks hold the old blocks).
     ``mode``: one of `MODES`; ``every``/``at``: placement (`plan`); the module docstring states both.
-    Raises ValueError for a bad argument or a mode the model cannot honour (the error says why).
+
+    Args:
+        model: the trained model (not changed).
+        n_layers: the depth after growth, more than the model's.
+        mode: "identity" (zero-output copies: the function is unchanged), "copy" (plain copies) or "dslm"
+            (DSLM blocks of the new depth beside the old ones' frozen branch scales).
+        every: insert new blocks after every ``every``-th existing block.
+        at: "top" (the default placement): append the new blocks on top.
+
+    Returns:
+        The deeper model, of the same class.
+
+    Raises:
+        UserError: (a ``ValueError``) a bad argument, a model of another kind, or a mode the model cannot
+            honour; the error says why.
     """
     if mode not in MODES:
         raise UserError(f"grow: mode must be one of {MODES}, got {mode!r}")
