@@ -318,3 +318,17 @@ def test_a_run_written_with_the_old_norm_key_still_loads(finished, tmp_path):
     with pytest.warns(DeprecationWarning, match="norm is deprecated"):
         t = train(cfg_for(run, "train.steps=10", "train.resume=true"))
     assert t.state.step == 10
+
+
+def test_a_prodigy_run_resumes_bit_exactly(tmp_path):
+    """Prodigy (optim.optimizer) keeps non-tensor state (each parameter's step count): the checkpoint carries it
+    and a resumed run continues as one uninterrupted run."""
+    pytest.importorskip("prodigyopt")
+    sets = ("train.steps=6", "train.ckpt_every=3", "train.eval_every=3", 'optim.optimizer="prodigy"', "optim.lr=1.0")
+    ref = train(cfg_for(tmp_path / "ref", *sets))
+    train(cfg_for(tmp_path / "cut", *sets), [StopAt(3)])
+    resumed = train(cfg_for(tmp_path / "cut", *sets, "train.resume=true"))
+    assert loss_curve(tmp_path / "cut") == loss_curve(tmp_path / "ref")
+    for (name, a), b in zip(ref.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert type(resumed.optimizer).__name__ == "Prodigy"

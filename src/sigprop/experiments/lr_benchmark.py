@@ -18,6 +18,7 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``pair`` — the two grid lrs whose better run has the least mean regret there (cost 1: a second run); each also
 ``…-hindsight``, chosen over every config, the scored family's included; ``range-test`` — the LR range test
 (`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
+``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
 ``advise`` — `sigprop.advice.advise`'s recommended lr (cost: its wall seconds over one run's), which also predicts
 an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 """
@@ -110,14 +111,14 @@ def least_regret(configs: Sequence[Config], k: int) -> tuple[float, ...]:
     return min(itertools.combinations(grid, k), key=lambda c: statistics.fmean(x.regret(c) for x in configs))
 
 
-Choice = tuple[tuple[float, ...], float, list[str] | None]   # (lrs to train at, cost in runs, outcome per grid lr)
+Choice = dict[str, Any]   # "lrs" to train at, "cost" in runs; maybe "said" (outcome per grid lr), "loss" (its own run)
 
 
 def fixed(k: int, hindsight: bool = False) -> Callable[[Config, Sequence[Config]], Choice]:
     """The ``k`` grid lrs of least mean regret over the other families' configs (every config: ``hindsight``)."""
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         fit = list(every) if hindsight else [x for x in every if x.family != c.family]
-        return (least_regret(fit, k) if fit else ()), float(k - 1), None      # no other family: no answer
+        return {"lrs": least_regret(fit, k) if fit else (), "cost": float(k - 1)}      # no other family: no answer
     return choose
 
 
@@ -149,7 +150,7 @@ def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
-        return (r["lr"],), r["steps"] / _cfg(c, cache / "tmp").train.steps, None
+        return {"lrs": (r["lr"],), "cost": r["steps"] / _cfg(c, cache / "tmp").train.steps}
     return choose
 
 
@@ -167,18 +168,38 @@ def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
-        return ((r["lr"],) if r["lr"] else ()), r["cost_s"] / c.run_s, r["outcomes"]
+        return {"lrs": (r["lr"],) if r["lr"] else (), "cost": r["cost_s"] / c.run_s, "said": r["outcomes"]}
+    return choose
+
+
+def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """One run with Prodigy (``optim.optimizer="prodigy"``, lr 1 under the config's warmup and decay, its betas
+    and weight decay): its own final loss (cost 0: it is the training run). It keeps one step size for every
+    parameter group, so a μP config's per-role lr rules keep only their ratios (marked)."""
+    from .training import train_run
+
+    def compute(c: Config) -> dict[str, Any]:
+        t = c.run
+        r = train_run(cache / "tmp", t["model"], t["data"], {**t["optim"], "optimizer": "prodigy", "lr": 1.0},
+                      {k: v for k, v in t["train"].items() if k not in ("out_dir", "seed")}, t["train"]["seed"])
+        return {"loss": r["initial_val_loss"] if r["diverged"] else r["final_val_loss"], "wall_s": r["wall_s"]}
+    cached = _cached("prodigy", compute, cache)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        mup = c.run["model"].get("parametrization") == "mup"
+        return {"lrs": (), "cost": 0.0, "loss": cached(c, every)["loss"], "note": "μP: one step size" if mup else ""}
     return choose
 
 
 def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, Sequence[Config]], Choice]]:
     """The choosers of the module docstring by name."""
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
-             "pair-hindsight": fixed(2, True), "range-test": None, "advise": None}
+             "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
-    made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache)}
+    made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache),
+            "prodigy": lambda: prodigy(cache)}
     return {n: every[n] or made[n]() for n in names}
 
 
@@ -193,9 +214,10 @@ def score(configs: Sequence[Config], chooser: Callable[[Config, Sequence[Config]
     predicted and achieved outcome per grid lr where the chooser predicts them."""
     rows = []
     for c in configs:
-        lrs, cost, said = chooser(c, configs)
-        rows.append({"family": c.family, "key": c.key, "lrs": list(lrs), "cost": cost,
-                     "regret": c.regret(lrs) if lrs else math.inf, "said": said, "achieved": c.outcomes()})
+        ch = chooser(c, configs)
+        regret = ch["loss"] - c.best if "loss" in ch else c.regret(ch["lrs"]) if ch["lrs"] else math.inf
+        rows.append({"family": c.family, "key": c.key, "lrs": list(ch["lrs"]), "cost": ch["cost"], "regret": regret,
+                     "said": ch.get("said"), "achieved": c.outcomes(), "note": ch.get("note", "")})
     return rows
 
 

@@ -98,7 +98,8 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module | dict[str, torc
     _fsync_replace(Path(f"{weights}.tmp"), weights)
     sd = optimizer.state_dict() if isinstance(optimizer, torch.optim.Optimizer) else optimizer
     tensors = {f"optim.{i}.{k}": v.detach().cpu().contiguous()
-               for i, st in sd["state"].items() for k, v in st.items()}
+               for i, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)}
+    scalars = {str(i): {k: v for k, v in st.items() if not torch.is_tensor(v)} for i, st in sd["state"].items()}
     for r, rng in enumerate(rngs):
         tensors[f"rng.{r}.torch"] = rng["torch"]
         tensors.update({f"rng.{r}.cuda.{d}": t for d, t in enumerate(rng["cuda"])})
@@ -107,7 +108,8 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module | dict[str, torc
     record = {"format": FORMAT, "version": VERSION, "step": step, **meta,
               "weights": {"file": weights.name, "sha256": _sha256(weights)},
               "state": {"file": state.name, "sha256": _sha256(state)},
-              "optimizer": {"param_groups": sd["param_groups"]},
+              "optimizer": {"param_groups": sd["param_groups"],   # and the state that is not a tensor (Prodigy's step)
+                            "scalars": {i: st for i, st in scalars.items() if st}},
               "rng": [{"python": r["python"], "numpy": r["numpy"], "n_cuda": len(r["cuda"])} for r in rngs]}
     tmp = Path(f"{stem}.json.tmp")
     tmp.write_text(json.dumps(record, indent=1))
@@ -207,11 +209,13 @@ def _read_state(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """The optimizer state dict (integer-keyed, as ``optimizer.state_dict()``) of a verified checkpoint;
     fills in the per-rank torch/CUDA RNG states of ``record["rng"]``."""
     tensors = load_file(Path(path).parent / record["state"]["file"])
-    state: dict[int, dict[str, torch.Tensor]] = {}
+    state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, idx, name = key.split(".", 2)
             state.setdefault(int(idx), {})[name] = value
+    for idx, values in record["optimizer"].get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(values)
     record["rng"] = [{**r, "torch": tensors[f"rng.{i}.torch"],
                       "cuda": [tensors[f"rng.{i}.cuda.{d}"] for d in range(r["n_cuda"])]}
                      for i, r in enumerate(record["rng"])]

@@ -54,8 +54,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW with linear warmup and a decay to ``min_lr_ratio * lr``."""
+    """AdamW (or Prodigy) with linear warmup and a decay to ``min_lr_ratio * lr``."""
 
+    optimizer: Literal["adamw", "prodigy"] = "adamw"   # prodigy: Prodigy (Mishchenko & Defazio 2024), its step
+    #                                    size estimated; lr = 1 is its default (`sigprop.train.optim.make_optimizer`)
     lr: float = 1e-3                 # peak learning rate
     min_lr_ratio: float = 0.1        # final lr as a fraction of the peak
     warmup_steps: int = 100          # linear warmup from 0

@@ -47,12 +47,24 @@ def param_groups(rules: list[tuple[str, nn.Parameter, OptimRule]], cfg: OptimCon
     return list(groups.values())
 
 
-def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = None) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = None) -> torch.optim.Optimizer:
     """AdamW over `param_groups`; ``model_cfg`` defaults to ``model.cfg`` (every sigprop model has one).
 
     ``fused=True``: one fused kernel call per parameter group and step, on CPU and CUDA, instead of
     PyTorch's default loop on CPU of about ten elementwise ops per parameter (a 192-layer model has
-    ~2000 parameters); the same update up to float rounding."""
+    ~2000 parameters); the same update up to float rounding.
+
+    ``optim.optimizer="prodigy"``: Prodigy (Mishchenko & Defazio 2024, the ``prodigyopt`` package) over the same
+    groups, with the run's betas, ε and decoupled weight decay, bias correction and the safeguard its authors
+    advise under a warmup; each group's lr (the schedule times the role's multiplier) scales the one step size it
+    estimates for all groups, so a parametrization's per-role lr rules (μP) keep only their ratios."""
     model_cfg = model.cfg if model_cfg is None else model_cfg
-    return torch.optim.AdamW(param_groups(param_rules(model, model_cfg), cfg), lr=cfg.lr,
-                             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+    groups = param_groups(param_rules(model, model_cfg), cfg)
+    if cfg.optimizer == "prodigy":
+        try:
+            from prodigyopt import Prodigy
+        except ImportError as e:
+            raise ImportError("optim.optimizer='prodigy' needs the prodigyopt package: pip install prodigyopt") from e
+        return Prodigy(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decouple=True,
+                       use_bias_correction=True, safeguard_warmup=True)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
