@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def public_packages() -> list[str]:
+    """sigprop, its packages and its top-level modules, those with an `__all__`."""
     names = ["sigprop"] + [m.name for m in pkgutil.walk_packages(sigprop.__path__, "sigprop.") if m.ispkg]
+    here = Path(sigprop.__file__).parent
+    names += [f"sigprop.{m.name}" for m in pkgutil.iter_modules(sigprop.__path__)    # not importing __main__
+              if not m.ispkg and "\n__all__ = " in (here / f"{m.name}.py").read_text(encoding="utf8")]
     return [n for n in names if hasattr(importlib.import_module(n), "__all__")]
 
 
@@ -31,7 +35,9 @@ def documented_constants(package: str) -> set[str]:
     """Names assigned at module level in ``package``'s files and followed by a string (an attribute docstring,
     which the API page renders) or commented on their line."""
     found = set()
-    for path in Path(importlib.import_module(package).__file__).parent.glob("*.py"):
+    module = importlib.import_module(package)
+    files = Path(module.__file__).parent.glob("*.py") if hasattr(module, "__path__") else [Path(module.__file__)]
+    for path in files:
         source = path.read_text(encoding="utf8")
         lines, body = source.splitlines(), ast.parse(source).body
         for stmt, nxt in zip(body, body[1:] + [None]):
@@ -45,9 +51,9 @@ def documented_constants(package: str) -> set[str]:
 
 
 def test_packages_are_found() -> None:
-    """The discovery below can fail: it finds the packages the README names."""
-    assert {"sigprop", "sigprop.models", "sigprop.nn", "sigprop.theory.moments", "sigprop.hf"} <= set(
-        public_packages())
+    """The discovery below can fail: it finds the packages and modules the README names."""
+    expected = {"sigprop", "sigprop.models", "sigprop.nn", "sigprop.theory.moments", "sigprop.hf", "sigprop.records"}
+    assert expected <= set(public_packages())
 
 
 @pytest.mark.parametrize("package", public_packages())
