@@ -41,7 +41,20 @@ class Attention(nn.Module):
     """Standard multi-head attention. Projections ``q_proj, k_proj, v_proj, o_proj`` are `nn.Linear` (o_proj
     `nn.Identity` with ``output_proj=False``);
     `qkv` multiplies by the first three's weights in one fused matmul, so forward hooks on those
-    three modules do not fire (their parameters are used as they are)."""
+    three modules do not fire (their parameters are used as they are).
+
+    Args:
+        d_model: the stream width d.
+        n_heads: heads H; each of width d_head = d/H.
+        causal: mask each query's later keys.
+        bias: biases in the projections.
+        scale: the logit scale (default 1/√d_head).
+        qk_norm: "layernorm" or "rmsnorm" on each head's queries and keys (qk-norm); None: none.
+        output_proj: an output projection W_O (False: `nn.Identity`).
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``, or an unknown ``qk_norm``.
+    """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, bias: bool = False,
                  scale: float | None = None, qk_norm: str | None = None, output_proj: bool = True) -> None:

@@ -31,7 +31,23 @@ OUTPUT_NORMED = ("out", "sandwich")       # a norm N (N₂) on the branch output
 class Sublayer(nn.Module):
     """Wraps ``fn`` with its norms, residual scaling and dropout. ``norm``: the norm on the branch input ("pre",
     "sandwich") or after the add ("post"); ``out_norm``: the norm on the branch output ("out", "sandwich");
-    ``residual_width``: a per-channel trainable α (`Residual`'s ``width``)."""
+    ``residual_width``: a per-channel trainable α (`Residual`'s ``width``).
+
+    Args:
+        fn: the branch (attention or MLP).
+        norm: the branch-input norm ("pre", "sandwich") or the norm after the add ("post"); None otherwise.
+        placement: "pre", "post", "none", "out" or "sandwich".
+        alpha: the shortcut weight α.
+        beta: the branch weight β.
+        dropout: the dropout rate on the branch output.
+        learn_residual: α and β trainable.
+        residual_width: a per-channel trainable α of this many entries.
+        out_norm: the branch-output norm ("out", "sandwich"); None otherwise.
+
+    Raises:
+        ValueError: an unknown ``placement``, or a ``norm`` or ``out_norm`` given where the placement has
+            none (or missing where it has one).
+    """
 
     def __init__(self, fn: nn.Module, norm: nn.Module | None, placement: str, alpha: float,
                  beta: float, dropout: float = 0.0, learn_residual: bool = False,
@@ -83,7 +99,13 @@ class Sublayer(nn.Module):
 
 
 class Block(nn.Module):
-    """x: (B, T, d) -> (B, T, d); ``memory`` (B, S, d) feeds the cross-attention sublayer if any."""
+    """x: (B, T, d) -> (B, T, d); ``memory`` (B, S, d) feeds the cross-attention sublayer if any.
+
+    Args:
+        attn: the self-attention sublayer.
+        mlp: the MLP sublayer.
+        cross: the cross-attention sublayer (encoder–decoder decoder blocks), between the two.
+    """
 
     def __init__(self, attn: Sublayer, mlp: Sublayer, cross: Sublayer | None = None) -> None:
         super().__init__()

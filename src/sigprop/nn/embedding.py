@@ -28,7 +28,13 @@ _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 class TokenEmbedding(nn.Module):
-    """x = E_tok[ids] + E_pos[0..T); ids: (B, T) -> (B, T, d). ``n_tables`` = 2 summed tables."""
+    """x = E_tok[ids] + E_pos[0..T); ids: (B, T) -> (B, T, d). ``n_tables`` = 2 summed tables.
+
+    Args:
+        vocab_size: rows of the token table.
+        max_seq_len: rows of the position table (the longest sequence).
+        d_model: the width d.
+    """
 
     n_tables = 2
 
@@ -51,7 +57,18 @@ class TokenEmbedding(nn.Module):
 
 
 class PatchEmbedding(nn.Module):
-    """Images (B, C, H, W) -> tokens (B, 1 + (H/p)(W/p), d): [cls; W_p · patch] + E_pos."""
+    """Images (B, C, H, W) -> tokens (B, 1 + (H/p)(W/p), d): [cls; W_p · patch] + E_pos.
+
+    Args:
+        image_size: the side H = W of the square images.
+        patch_size: the side p of a patch.
+        in_channels: C.
+        d_model: the width d.
+        bias: a bias in the patch projection.
+
+    Raises:
+        ValueError: ``image_size`` not divisible by ``patch_size``.
+    """
 
     n_tables = 2
 

@@ -15,7 +15,18 @@ ACTIVATIONS = ("relu", "gelu", "shaped_relu")
 
 def make_activation(kind: str, width: int, c_plus: float = 0.0, c_minus: float = -1.0,
                     mode: str = "fixed") -> nn.Module:
-    """ReLU, exact-erf GeLU, or `ShapedReLU` (shaping width, c±, mode used only by the latter)."""
+    """ReLU, exact-erf GeLU, or `ShapedReLU` (shaping width, c±, mode used only by the latter).
+
+    Args:
+        kind: "relu", "gelu" or "shaped_relu".
+        width: the shaping width (`ShapedReLU`).
+        c_plus: c₊ (`ShapedReLU`).
+        c_minus: c₋ (`ShapedReLU`).
+        mode: the shaping mode (`ShapedReLU`).
+
+    Raises:
+        ValueError: an unknown ``kind`` or ``mode``.
+    """
     if kind == "relu":
         return nn.ReLU()
     if kind == "gelu":
@@ -26,7 +37,14 @@ def make_activation(kind: str, width: int, c_plus: float = 0.0, c_minus: float =
 
 
 class MLP(nn.Module):
-    """x: (..., d) -> (..., d)."""
+    """x: (..., d) -> (..., d): fc2(act(fc1(x))), the two Linear layers tagged "ffn_in" and "ffn_out".
+
+    Args:
+        d_model: the stream width d.
+        d_ff: the hidden width.
+        activation: the activation module (`make_activation`).
+        bias: biases in the two Linear layers.
+    """
 
     def __init__(self, d_model: int, d_ff: int, activation: nn.Module, bias: bool = False) -> None:
         super().__init__()

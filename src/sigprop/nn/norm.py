@@ -9,7 +9,15 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 
 
 def make_norm(kind: str, d: int) -> nn.Module:
-    """LayerNorm: (x − mean)/√(var + ε)·g + b;  RMSNorm: x/√(mean(x²) + ε)·g. Affine params tagged."""
+    """LayerNorm: (x − mean)/√(var + ε)·g + b;  RMSNorm: x/√(mean(x²) + ε)·g. Affine params tagged.
+
+    Args:
+        kind: "layernorm" or "rmsnorm".
+        d: the normalized width.
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
     if kind == "layernorm":
         return tag_norm(nn.LayerNorm(d))
     if kind == "rmsnorm":

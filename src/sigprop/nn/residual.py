@@ -12,7 +12,14 @@ class Residual(nn.Module):
     """y = α x + β f, with α, β fixed buffers or trainable scalars.
 
     ``width``: α is instead a trainable per-channel vector of ``width`` entries (Admin's shortcut ω, role
-    "constant"), every entry built equal to ``alpha``; β stays a scalar (trainable iff ``learnable``)."""
+    "constant"), every entry built equal to ``alpha``; β stays a scalar (trainable iff ``learnable``).
+
+    Args:
+        alpha: the shortcut weight α.
+        beta: the branch weight β.
+        learnable: α and β are trainable parameters (role "constant") instead of buffers.
+        width: a per-channel α of this many entries (above).
+    """
 
     def __init__(self, alpha: float, beta: float, learnable: bool = False, width: int | None = None) -> None:
         super().__init__()

@@ -92,6 +92,23 @@ class ShapedAttention(Shaping, Attention):
     weight's scale, so per step the logits move n^{1/4} times more with "weights" (to first order in the lr:
     the same ΔW, a √n larger logit scale, n^{1/4} smaller W): the paper's way of not re-tuning the Q/K
     learning rate. "init" is the deprecated name of "weights".
+
+    Args:
+        d_model: the stream width n.
+        n_heads: heads; each of width n_k = n/heads.
+        causal: mask each query's later keys (C then averages over the visible keys).
+        tau0: the temperature τ₀ (> 0).
+        gamma1: γ₁, the weight of the identity term.
+        gamma2: γ₂, the weight of the centring term C.
+        mode: "fixed", "recover" (γ₁, γ₂ set by the trainer's schedule) or "learn" (trainable).
+        identity: keep the γ₁ I term.
+        bias: biases in the projections.
+        qk_scaling: "temperature" or "weights" (above).
+        output_proj: an output projection W_O.
+
+    Raises:
+        ValueError: ``tau0`` <= 0, an unknown ``qk_scaling`` or ``mode``, or ``d_model`` not divisible by
+            ``n_heads``.
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = False, tau0: float = 1.0,

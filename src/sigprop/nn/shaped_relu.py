@@ -21,7 +21,17 @@ from .shaped_attention import SHAPING_MODES
 
 
 class ShapedReLU(nn.Module):
-    """Elementwise shaped ReLU with normalization; any input shape."""
+    """Elementwise shaped ReLU with normalization; any input shape.
+
+    Args:
+        width: the width n the slopes s± = 1 + c±/√n are shaped for.
+        c_plus: c₊ of the positive slope.
+        c_minus: c₋ of the negative slope.
+        mode: "fixed", "recover" (s₋ set by the trainer's schedule, `set_slope`) or "learn" (s₋ trainable).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
 
     def __init__(self, width: int, c_plus: float = 0.0, c_minus: float = -1.0, mode: str = "fixed") -> None:
         super().__init__()
