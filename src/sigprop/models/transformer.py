@@ -80,19 +80,42 @@ class _SingleStackLM(_TiedLM):
 
 
 class DecoderLM(_SingleStackLM):
-    """Causal language model."""
+    """Causal language model: input_ids (B, T), attention_mask (B, T) bool -> logits (B, T, V); tied embeddings.
+
+    Args:
+        cfg: its `ModelConfig` (``arch="decoder"``); build it with `build_model`, which also initializes it.
+
+    Raises:
+        ValueError: (forward) an ``attention_mask`` of another shape than the ids.
+    """
 
     stack_name, causal = "dec", True
 
 
 class EncoderMLM(_SingleStackLM):
-    """Bidirectional encoder with a masked-LM head (tied embeddings)."""
+    """Bidirectional encoder with a masked-LM head (tied embeddings): input_ids (B, T), attention_mask (B, T)
+    bool -> logits (B, T, V).
+
+    Args:
+        cfg: its `ModelConfig` (``arch="encoder"``); build it with `build_model`.
+
+    Raises:
+        ValueError: (forward) an ``attention_mask`` of another shape than the ids.
+    """
 
     stack_name, causal = "enc", False
 
 
 class EncoderDecoder(_TiedLM):
-    """Seq2seq: src_ids (B, S), tgt_ids (B, T), src_mask (B, S) -> logits (B, T, V); one shared embedding."""
+    """Seq2seq: src_ids (B, S), tgt_ids (B, T), src_mask (B, S) -> logits (B, T, V); one shared embedding.
+
+    Args:
+        cfg: its `ModelConfig` (``arch="encdec"``; ``n_dec_layers`` decoder blocks); build it with `build_model`.
+
+    Raises:
+        ValueError: (forward) source and target of different batch sizes, or a ``src_mask`` of another shape
+            than the source ids; (`moment_chain`) no memory moments.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -122,7 +145,16 @@ class EncoderDecoder(_TiedLM):
 
 
 class ViT(nn.Module):
-    """Vision transformer: images (B, C, H, W) -> class logits (B, n_classes) from the class token."""
+    """Vision transformer: images (B, C, H, W) -> class logits (B, n_classes) from the class token.
+
+    Args:
+        cfg: its `ModelConfig` (``arch="vit"``: ``image_size``, ``patch_size``, ``in_channels``, ``n_classes``);
+            build it with `build_model`.
+
+    Raises:
+        NotImplementedError: (`moment_chain`) blocks with a final norm whose class token starts at another
+            variance than the patch tokens (below).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -21,7 +21,11 @@ names up here."""
 
 
 def get_scheme(name: str) -> Scheme:
-    """The registered scheme called ``name``."""
+    """The registered scheme called ``name``.
+
+    Raises:
+        FieldError: no scheme of that name (the message lists them).
+    """
     if name not in SCHEMES:
         raise FieldError(f"ModelConfig.scheme must be one of {tuple(SCHEMES)}, got {name!r}")
     return SCHEMES[name]

@@ -33,7 +33,14 @@ class Site:
 
 @dataclass(frozen=True)
 class ParamInfo:
-    """What an init rule may know about a parameter. Linear weights are (fan_out, fan_in)."""
+    """What an init rule may know about a parameter. Linear weights are (fan_out, fan_in).
+
+    Attributes:
+        role: the parameter's role tag (`sigprop.nn.roles`).
+        stack: "enc" / "dec" for a parameter inside a block, else None.
+        layer: its 0-based block, else None.
+        shape: its shape.
+    """
 
     role: str
     stack: str | None
@@ -77,7 +84,13 @@ def xavier_std(fan_in: int, fan_out: int, gain: float = 1.0) -> float:
 
 
 class Scheme:
-    """Base class: Xavier-style init, unit residual weights. Subclasses override what differs."""
+    """Base class: Xavier-style init, unit residual weights. Subclasses override what differs: each scheme's
+    file states its invariant, paper and equations; `SCHEMES` registers one instance per scheme.
+
+    Raises:
+        FieldError: (`check`) a config field the scheme cannot honour.
+        KeyError: (`std`) a parameter role the scheme has no init rule for.
+    """
 
     name: ClassVar[str]
     norm_placements: ClassVar[tuple[str, ...]]  # allowed ModelConfig.norm_placement values, the first is the default
