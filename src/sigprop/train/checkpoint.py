@@ -84,9 +84,19 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module | dict[str, torc
     """Write the checkpoint of ``step`` atomically and keep the newest ``keep_last`` (and ``protect``, the
     last good one, whatever its age); returns the JSON path.
 
-    model, optimizer: the objects, or their full state dicts (what `sigprop.train.parallel.gather_state`
-    returns for a sharded model); meta: JSON-able extras (configs, data position); rngs: `capture_rng`
-    of every rank.
+    Args:
+        ckpt_dir: the run's ``checkpoints`` folder (created if missing).
+        step: the optimizer step the state belongs to.
+        model: the model, or its full state dict (what `sigprop.train.parallel.gather_state` returns for a
+            sharded model).
+        optimizer: the optimizer, or its full state dict.
+        meta: JSON-able extras (configs, data position).
+        rngs: `capture_rng` of every rank.
+        keep_last: how many of the newest checkpoints to keep.
+        protect: a checkpoint never deleted (the last good one).
+
+    Raises:
+        OSError: the folder or a file cannot be written (nothing of the new checkpoint is then visible).
     """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     stem = ckpt_dir / f"step_{step:08d}"
@@ -123,7 +133,11 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module | dict[str, torc
 
 
 def list_checkpoints(ckpt_dir: Path) -> list[Path]:
-    """Checkpoint JSON files in ``ckpt_dir``, oldest first."""
+    """Checkpoint JSON files in ``ckpt_dir``, oldest first.
+
+    Args:
+        ckpt_dir: a run's ``checkpoints`` folder; a missing folder has none.
+    """
     if not ckpt_dir.is_dir():
         return []
     return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
@@ -237,7 +251,21 @@ def read_states(path: Path, model_config: dict[str, Any]
 def load_checkpoint(path: Path, model: nn.Module, model_config: dict[str, Any],
                     optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
     """Verify, then load weights (and optimizer state) in place; returns the record with the
-    per-rank RNG states under ``"rng"`` (python, numpy, torch, cuda)."""
+    per-rank RNG states under ``"rng"`` (python, numpy, torch, cuda).
+
+    Args:
+        path: the checkpoint's JSON file (``step_NNNNNNNN.json``).
+        model: the model to load the weights into, built from the same config.
+        model_config: that config as a dict (`ModelConfig.to_dict`); a checkpoint of another model is refused.
+        optimizer: also load its state, if given.
+
+    Returns:
+        The checkpoint's JSON record.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, not a sigprop checkpoint, of another format version
+            or model, corrupt, or its weights do not fit ``model``.
+    """
     record = read_checkpoint(path, model_config)
     folder = Path(path).parent
     try:

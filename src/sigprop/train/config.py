@@ -182,7 +182,19 @@ def _require(ok: bool, name: str, value: Any, allowed: str) -> None:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
-    """Read a TOML run config (or start empty), apply overrides, validate everything."""
+    """Read a TOML run config (or start empty), apply overrides, validate everything.
+
+    Args:
+        path: the TOML file; None: start from no tables (the overrides must then give ``[model]``).
+        overrides: ``section.key=value`` strings, as ``--set`` takes them.
+
+    Returns:
+        The validated `RunConfig`.
+
+    Raises:
+        FieldError: no ``[model]`` table, an unknown table or key, or an invalid value, named.
+        UserError: a file that cannot be read or is not TOML, or a malformed override.
+    """
     raw = apply_sets({} if path is None else read_toml(path), list(overrides))
     if "model" not in raw:
         raise FieldError("the config has no [model] table (set it in the TOML file or with --set model.KEY=...)")

@@ -54,7 +54,18 @@ def _path(path: Path, pattern: str) -> list[str]:
 
 def load_documents(source: str, pattern: str = "**/*.txt", text_column: str = "text",
                    max_chars: int = 0) -> list[str]:
-    """Documents of ``source`` in a fixed order, non-empty, cut to ``max_chars`` in total if > 0."""
+    """Documents of ``source`` in a fixed order, non-empty, cut to ``max_chars`` in total if > 0.
+
+    Args:
+        source: "pydoc" or "stdlib" (built in), ``hf:NAME`` (a Hugging Face dataset), or a file or folder.
+        pattern: the glob of a folder's text files.
+        text_column: the text column of a Hugging Face dataset.
+        max_chars: the total characters kept (0: all).
+
+    Raises:
+        UserError: an unknown source, a dataset without a train split or that column, or a source that is
+            empty or too small.
+    """
     docs: Iterable[str]
     if source == "pydoc":
         docs = _pydoc()
@@ -87,6 +98,17 @@ def split_documents(docs: list[str], val_fraction: float, seed: int
 
     The hash depends only on (seed, text), so the split does not move when documents are
     added or reordered. At least one document is kept on each side.
+
+    Args:
+        docs: the documents.
+        val_fraction: the expected fraction in validation.
+        seed: the hash's seed.
+
+    Returns:
+        (train, validation) documents, each in the input order.
+
+    Raises:
+        UserError: fewer than two documents.
     """
     def u(doc: str) -> float:
         h = hashlib.blake2b(f"{seed}\0{doc}".encode(), digest_size=8).digest()

@@ -58,7 +58,20 @@ def _check_size(cfg: RunConfig, split: str, n_tokens: int, n_examples: int, need
 
 
 def prepare_data(cfg: RunConfig, run_dir: Path, save_tokenizer: bool = True) -> DataBundle:
-    """Build the data of a run; writes tokenizer.json into ``run_dir`` if ``save_tokenizer``."""
+    """Build the data of a run; writes tokenizer.json into ``run_dir`` if ``save_tokenizer``.
+
+    Args:
+        cfg: the run's config (``data`` and ``train`` sections, ``model.vocab_size``).
+        run_dir: the run folder.
+        save_tokenizer: write the trained tokenizer there (rank 0 only, under torchrun).
+
+    Returns:
+        The `DataBundle`: train and validation sets and the tokenizer (None for the digits images).
+
+    Raises:
+        UserError: a corpus that cannot be loaded or is too small for a batch of ``data.seq_len``, or a
+            tokenizer larger than ``model.vocab_size``.
+    """
     d = cfg.data
     if cfg.objective == "digits":
         train, val = load_digits_split(d.val_fraction, cfg.train.seed)

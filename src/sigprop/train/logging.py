@@ -33,7 +33,16 @@ class JSONLLogger(Callback):
 
 
 def read_jsonl(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl file, optionally only those of one ``kind``."""
+    """Records of a metrics.jsonl file, optionally only those of one ``kind``.
+
+    Args:
+        path: the file.
+        kind: "train", "eval", "diag", "event", ...; None: all.
+
+    Raises:
+        OSError: the file cannot be read.
+        json.JSONDecodeError: a line that is not JSON.
+    """
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return [r for r in rows if kind is None or r.get("kind") == kind]

@@ -57,7 +57,16 @@ def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = N
     ``optim.optimizer="prodigy"``: Prodigy (Mishchenko & Defazio 2024, the ``prodigyopt`` package) over the same
     groups, with the run's betas, ε and decoupled weight decay, bias correction and the safeguard its authors
     advise under a warmup; each group's lr (the schedule times the role's multiplier) scales the one step size it
-    estimates for all groups, so a parametrization's per-role lr rules (μP) keep only their ratios."""
+    estimates for all groups, so a parametrization's per-role lr rules (μP) keep only their ratios.
+
+    Args:
+        model: the model; its parameters' role tags select each one's group.
+        cfg: the optimizer settings.
+        model_cfg: the `ModelConfig` whose scheme gives the per-role rules (default ``model.cfg``).
+
+    Raises:
+        ImportError: ``optim.optimizer="prodigy"`` without the ``prodigyopt`` package.
+    """
     model_cfg = model.cfg if model_cfg is None else model_cfg
     groups = param_groups(param_rules(model, model_cfg), cfg)
     if cfg.optimizer == "prodigy":

@@ -65,7 +65,22 @@ def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str
     ``train.flush_denormal`` (`flushed_denormals`): numbers are unchanged unless a subnormal occurs; where
     gradients vanish through depth (a trained 192-layer standard Post-LN stack holds ~10⁶ subnormal gradient
     entries), each operation on them costs many times a normal one, and flushing made such steps 3–4× faster
-    (bench/RESULTS.md)."""
+    (bench/RESULTS.md).
+
+    Args:
+        cfg: the run's config.
+        callbacks: extra `Callback` objects, called after the run's own (metrics log, progress bar, diagnostics).
+        argv: the command line, written to ``command.txt`` beside the run.
+
+    Returns:
+        The finished `Trainer`.
+
+    Raises:
+        UserError: an output folder sigprop may not write into, data that cannot be prepared, or
+            ``train.flush_denormal`` on a CPU without it.
+        NonFiniteLossError: the loss or the gradient norm became NaN/Inf (the error names the last good
+            checkpoint).
+    """
     with flushed_denormals(cfg.train.flush_denormal):
         dist = init_distributed(cfg.train.device)
         try:
@@ -86,7 +101,20 @@ def train(cfg: RunConfig, callbacks: Sequence[Callback] = (), argv: Sequence[str
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
              overrides: Sequence[str] = ()) -> tuple[RunConfig, nn.Module, Path]:
     """Config and trained model of a run folder (newest checkpoint unless ``checkpoint``);
-    ``overrides`` (``a.b=c``) adjust the saved config, e.g. ``train.device=cpu``."""
+    ``overrides`` (``a.b=c``) adjust the saved config, e.g. ``train.device=cpu``.
+
+    Args:
+        run_dir: the run folder (``train.out_dir`` of a training).
+        checkpoint: a checkpoint JSON to load instead of the newest.
+        overrides: ``section.key=value`` strings applied to the saved config.
+
+    Returns:
+        (config, model in eval mode, the checkpoint loaded).
+
+    Raises:
+        UserError: not a run folder (no config.toml), or an invalid override (`FieldError`).
+        CheckpointError: no checkpoint, or one that cannot be loaded into the config's model.
+    """
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").exists():
         raise UserError(f"{run_dir} is not a sigprop run folder (no config.toml)")

@@ -25,6 +25,11 @@ def lr_at(step: int, total: int, cfg: OptimConfig) -> float:
 
     Linear warmup 0 → lr over ``warmup_steps`` (step s uses lr·(s+1)/warmup), then a cosine
     or linear decay to ``min_lr_ratio·lr`` at the last step, or constant.
+
+    Args:
+        step: the optimizer step, 0-based.
+        total: the run's number of steps.
+        cfg: the optimizer settings (``lr``, ``warmup_steps``, ``decay``, ``min_lr_ratio``).
     """
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
