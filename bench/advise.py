@@ -70,9 +70,9 @@ from sigprop.advice.probe import Probe
 from sigprop.advice.range_test import run_range_test
 from sigprop.advice.rule import LIMITS, OUTCOMES, STALL_MARGIN, WINDOW, Rule, decide, limits, outcome, schedule_area
 from sigprop.console import UserError
-from sigprop.experiments.training import unigram_loss
 from sigprop.experiments.tuning import TUNING_SEED
 from sigprop.train.config import RunConfig, from_mapping
+from sigprop.train.levels import unigram_loss
 from sigprop.train.optim import make_optimizer
 from sigprop.train.sampler import EpochSampler, generator
 from sigprop.train.schedules import lr_at

@@ -323,8 +323,8 @@ def test_a_run_configs_held_out_batch_is_the_validation_splits_first_batch(tmp_p
     """advise reads a held-out batch of ``train.batch_size`` sequences, the validation split's first, with the
     masks `sigprop train`'s evaluation stream draws, and reads the unigram loss on its targets."""
     from sigprop.advice.advise import run_inputs
-    from sigprop.experiments.training import unigram_nll
     from sigprop.train.config import load_config
+    from sigprop.train.levels import unigram_nll
     from sigprop.train.sampler import generator
     from sigprop.train.trainer import EVAL_STREAM
 

@@ -48,7 +48,7 @@ def test_unigram_nll_scores_only_the_targets_that_carry_a_loss():
 
     import torch
 
-    from sigprop.experiments.training import unigram_nll
+    from sigprop.train.levels import unigram_nll
     from sigprop.train.objectives import MaskedLM
 
     vocab, gen = 300, torch.Generator().manual_seed(0)

@@ -46,8 +46,8 @@ def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):
     """For the digits ViT the stall level is the class prior's cross-entropy: near log 10 (ten classes, about
     equally frequent), not a token frequency."""
     from helpers import CONFIGS
-    from sigprop.experiments.training import unigram_loss
     from sigprop.train import load_config, train
+    from sigprop.train.levels import unigram_loss
 
     train(load_config(CONFIGS / "vit_digits.toml", [f"train.out_dir={tmp_path}", "train.steps=1", "train.eval_every=1",
                                                     "train.progress=false", "model.n_layers=1"]))

@@ -35,8 +35,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def running(marker: str) -> bool:
-    """Whether a live process has ``marker`` in its command line (torchrun starts each rank in a session of its
-    own, so its ranks are found by their script, not by process group)."""
+    """Whether a live process has ``marker`` in its command line (torchrun starts each rank as the leader of a
+    new process group, so its ranks are found by their script, not by the group)."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             if marker in cmdline.read_bytes().decode(errors="replace") and alive(int(cmdline.parent.name)):

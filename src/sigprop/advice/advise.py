@@ -38,13 +38,13 @@ from torch import nn
 from ..console import UserError
 from ..diagnostics import measure
 from ..diagnostics.measure import output_tensor
-from ..experiments.training import unigram_nll
 from ..models import ModelConfig, build_model, calibrate
 from ..models.predict import encoder_chain, model_chain, predict
 from ..models.transformer import EncoderDecoder
 from ..records import Record
 from ..train.config import OptimConfig, RunConfig, load_config
 from ..train.data import DataBundle, prepare_data
+from ..train.levels import unigram_nll
 from ..train.objectives import IGNORE, Batch
 from ..train.optim import param_groups, param_rules
 from ..train.run import seed_everything

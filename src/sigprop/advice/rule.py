@@ -34,9 +34,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..train.levels import TRAIN_MARGIN as STALL_MARGIN  # within it of the unigram loss a run has stalled
 from .probe import Probe, last_corr
 
-STALL_MARGIN = 0.1           # nats above the unigram loss within which a run counts as stalled
 OUTCOMES = ("diverges", "stalls", "trains")
 LIMITS = ("edge of stability", "output change", "layer change", "attention logits", "one-step loss",
           "one-step optimum")

@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..console import UserError
+from ..train.levels import unigram_loss
 from ..train.lr_grid import best_lr
 from ..train.seed_stats import seed_stats
 from .outputs import WallClock, progress, write_outputs
 from .report import Table
-from .training import param_count, resolve_sizes, unigram_loss
+from .training import param_count, resolve_sizes
 from .tuning import sweep_runs, tune
 
 RUN_SCALARS = ("lr", "seed", "final_val_loss", "initial_val_loss", "best_val_loss", "final_val_acc", "diverged",

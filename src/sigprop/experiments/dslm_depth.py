@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..schemes import get_scheme
+from ..train.levels import TRAIN_MARGIN, trains
 from ..train.schedules import default_warmup
 from ..train.seed_stats import seed_stats
 from ..train.sweep_report import log_ticks
@@ -132,11 +133,11 @@ def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for key, e in summary["models"].items():
         sc = _scored(e)
-        r: dict[str, Any] = {"trains": [verdicts.trains(x, u) for x, u in zip(sc["final_loss"], sc["unigram"])]}
+        r: dict[str, Any] = {"trains": [trains(x, u) for x, u in zip(sc["final_loss"], sc["unigram"])]}
         if e["tuning"]:
             t = tuned(e)
             r["largest_stable_lr"], r["largest_stable_at_top"] = verdicts.largest_stable_lr(t)
-            r["tuning_trains"] = [verdicts.trains(x, t["tuning_unigram"]) for x in t["tuning_loss"]]
+            r["tuning_trains"] = [trains(x, t["tuning_unigram"]) for x in t["tuning_loss"]]
         out[key] = r
     return out
 
@@ -172,7 +173,7 @@ def setup(summary: Mapping[str, Any]) -> str:
             f"seeds {s['seeds']}: each DSLM model at its lr and the standard model of the same norm at that lr, "
             f"each Admin Post-LN model (admin_mode {', '.join(s['admin_modes'])}) at its own lr; depth "
             f"{s['deep_depth']} (seeds {s['deep_seeds']}) at DSLM's lr. Unigram = loss of the training split's token "
-            f"frequencies on the same evaluation tokens; a run *trains* if it ends ≥ {verdicts.TRAIN_MARGIN} nats "
+            f"frequencies on the same evaluation tokens; a run *trains* if it ends ≥ {TRAIN_MARGIN} nats "
             "below it.")
 
 
@@ -195,7 +196,7 @@ def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
                        label=e["label"] if j == 0 else None)
     tuned_models = [e for e in summary["models"].values() if e["tuning"]]
     if tuned_models:
-        a.axhline(tuned_models[0]["tuning"]["unigram"] - verdicts.TRAIN_MARGIN, color="k", ls="--", lw=0.8,
+        a.axhline(tuned_models[0]["tuning"]["unigram"] - TRAIN_MARGIN, color="k", ls="--", lw=0.8,
                   label="unigram − 0.1")
         log_ticks(a, [lr for e in tuned_models for lr in e["lr_grid"]])
     a.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title=f"{s['depth']} layers: lr grid")

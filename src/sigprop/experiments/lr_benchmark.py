@@ -10,9 +10,9 @@ lr (a diverged run counts its initial loss: it ends no better than it started) a
 A *chooser* picks the lrs to train at; its *regret* on a config is the best final loss of the picked runs minus
 the grid's best (an lr between two grid lrs reads the loss linearly interpolated in log lr, an lr outside the
 grid its nearest grid lr's), and its *cost* is the compute it spends besides the one training run it chose, in
-units of that run. An *outcome* per (config, lr): ``trains`` if the run ends at least `TRAIN_MARGIN` nats below
-the stall level; else ``diverges`` if its lr is above the largest lr that trains (or its loss became non-finite);
-else ``stalls``.
+units of that run. An *outcome* per (config, lr): ``trains`` if the run ends at least 0.1 nats below the stall
+level (`sigprop.train.levels.trains`); else ``diverges`` if its lr is above the largest lr that trains; else
+``stalls``.
 
 Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every *other* family's configs (cost 0);
 ``pair`` — the two grid lrs whose better run has the least mean regret there (cost 1: a second run); each also
@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..train.config import RunConfig, from_mapping
+from ..train.levels import trains, unigram_loss
 from ..train.sweep import finished_records, load_spec
-from .training import unigram_loss
-from .verdicts import TRAIN_MARGIN
 
 FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
 NEAR = 0.05             # a regret at most this (nats) counts as "near the best"
@@ -75,7 +74,7 @@ class Config:
 
     def outcomes(self) -> list[str]:
         """The achieved outcome at each grid lr (module docstring)."""
-        ok = [x <= self.level - TRAIN_MARGIN for x in self.losses]
+        ok = [trains(x, self.level) for x in self.losses]
         top = max((lr for lr, t in zip(self.lrs, ok) if t), default=None)
         return ["trains" if t else "diverges" if top is not None and lr > top else "stalls"
                 for lr, t in zip(self.lrs, ok)]

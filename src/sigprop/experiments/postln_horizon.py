@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..train.levels import TRAIN_MARGIN
 from . import dslm_depth, verdicts
 from .claim import Claim, Model, lr_text, tuned
 from .report import Table
@@ -83,7 +84,7 @@ def setup(summary: Mapping[str, Any]) -> str:
     return (f"decoder of {s['depth']} layers, width {s['width']}, {s['heads']} heads, seq {s['seq']}, batch "
             f"{s['batch']}, causal LM on the embedded corpus; {s['steps']} steps, warmup {s['warmup']}, cosine decay, "
             f"clip 1.0; each model at its own lr, tuned on seed {summary['tuning_seed']}, scored on seeds "
-            f"{s['seeds']}; a run trains if it ends ≥ {verdicts.TRAIN_MARGIN} nats below its unigram loss.")
+            f"{s['seeds']}; a run trains if it ends ≥ {TRAIN_MARGIN} nats below its unigram loss.")
 
 
 def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:

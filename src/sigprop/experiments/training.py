@@ -23,14 +23,11 @@ from ..console import UserError
 from ..console.stopping import stopped_by
 from ..models import ModelConfig
 from ..models.build import ARCHITECTURES
-from ..train.config import RunConfig, from_mapping, load_config
-from ..train.data import prepare_data
-from ..train.objectives import IGNORE
+from ..train.config import RunConfig, from_mapping
 from ..train.run import train
 from ..train.run_dir import clear
 from ..train.run_summary import read_run
-from ..train.sampler import generator
-from ..train.trainer import EVAL_STREAM, NonFiniteLossError
+from ..train.trainer import NonFiniteLossError
 
 # quiet, light runs: no inner progress bar (the experiment shows one over runs), one checkpoint at the end
 RUN_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1, "eval_batches": 4}
@@ -83,31 +80,6 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
                                                   f"{trainer.state.step}; its checkpoint is saved")
     return {"seed": seed, "params": param_count(cfg.model), **read_run(run_dir, error),
             "wall_s": round(time.perf_counter() - start, 2)}
-
-
-def unigram_nll(train_tokens: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> float:
-    """U = −mean log p̂(t) over the ``targets`` t that carry a loss (``IGNORE`` entries skipped, as the
-    training loss skips them: masked LM scores only its picked positions), p̂(k) = (n_k + 1) / (N + V), the
-    add-one-smoothed frequencies of the N ``train_tokens`` over V = ``vocab_size`` ids."""
-    counts = torch.bincount(train_tokens.flatten(), minlength=vocab_size).double() + 1.0
-    scored = targets[targets != IGNORE]
-    return float(-(counts / counts.sum()).log()[scored].mean())
-
-
-def unigram_loss(run_dir: str | Path) -> float:
-    """`unigram_nll` of a finished run's evaluation targets under its training split's frequencies (same
-    tokenizer, split and evaluation batch as the run): the loss of a model that learned token frequencies
-    and ignores the context. For a classifier (digits) the same of its labels: the class prior's cross-entropy,
-    the loss of a model that ignores the image."""
-    run_dir = Path(run_dir)
-    digits = load_config(run_dir / "config.toml").objective == "digits"
-    cfg = load_config(run_dir / "config.toml", [] if digits else [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
-    data = prepare_data(cfg, run_dir, save_tokenizer=False)
-    n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
-    targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
-    if digits:
-        return unigram_nll(data.train.labels, targets, cfg.model.n_classes)
-    return unigram_nll(data.train.tokens, targets, data.tokenizer.vocab_size)
 
 
 def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

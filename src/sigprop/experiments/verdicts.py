@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..train.levels import trains
 from ..train.lr_grid import best_lr
 from ..train.seed_stats import seed_stats
 
@@ -139,14 +140,7 @@ def entropy_collapse(baseline: Mapping[float, Sequence[float]], shaped: Mapping[
                   f"lrs where every Pre-LN seed collapses: {where}.")
 
 
-TRAIN_MARGIN = 0.1       # nats below the unigram loss a run must end to count as training
 MIN_STEPS = 300
-
-
-def trains(loss: float, unigram: float, margin: float = TRAIN_MARGIN) -> bool:
-    """A run *trains* if its final held-out loss is finite and at least ``margin`` nats below the unigram
-    loss (the loss of token frequencies, which a model ignoring the context reaches)."""
-    return math.isfinite(loss) and loss <= unigram - margin
 
 
 def largest_stable_lr(m: Model) -> tuple[float | None, bool]:
