@@ -133,7 +133,11 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs; the resolved copy is written beside the run as config.toml."""
+    """Everything a run needs; the resolved copy is written beside the run as config.toml.
+
+    Raises:
+        FieldError: a section's invalid value, or a combination the run cannot honour, named.
+    """
 
     model: ModelConfig               # architecture and scheme (sigprop.models)
     data: DataConfig = field(default_factory=DataConfig)

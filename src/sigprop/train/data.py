@@ -24,7 +24,13 @@ class ExampleSet(Protocol):
 
 @dataclass
 class DataBundle:
-    """Train and validation sets, plus the tokenizer for text runs (None for images)."""
+    """Train and validation sets, plus the tokenizer for text runs (None for images).
+
+    Attributes:
+        train: the training examples.
+        val: the validation examples.
+        tokenizer: the run's tokenizer; None for the digits images.
+    """
 
     train: ExampleSet
     val: ExampleSet

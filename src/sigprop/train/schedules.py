@@ -50,6 +50,13 @@ class RecoverSchedule(Callback):
 
     Construct it on the freshly built model: the initial values are read there, so the
     schedule stays a function of the step after a resume.
+
+    Args:
+        model: the freshly built model.
+        steps: the steps over which the values decay to 0 (``train.recover_steps``).
+
+    Raises:
+        UserError: a model with no shaped attention or shaped ReLU to schedule.
     """
 
     def __init__(self, model: nn.Module, steps: int) -> None:

@@ -17,7 +17,15 @@ SPECIALS = ("<pad>", "<eos>", "<mask>", "<bos>")
 
 
 class BPETokenizer:
-    """A trained byte-level BPE with the special ids sigprop's objectives use."""
+    """A trained byte-level BPE with the special ids sigprop's objectives use.
+
+    Args:
+        tok: a ``tokenizers.Tokenizer`` whose special tokens (pad, eos, mask, bos) hold ids 0..3; `train` and
+            `load` make one.
+
+    Raises:
+        UserError: the special tokens are not at ids 0..3.
+    """
 
     def __init__(self, tok: Tokenizer) -> None:
         ids = [tok.token_to_id(s) for s in SPECIALS]
