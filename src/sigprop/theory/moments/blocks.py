@@ -19,7 +19,11 @@ from .state import Component, Moments
 
 @dataclass(frozen=True)
 class Serial:
-    """Components applied in order; ``bwd`` re-runs the forward to give each component its input."""
+    """Components applied in order; ``bwd`` re-runs the forward to give each component its input.
+
+    Attributes:
+        components: the maps, in order (`serial` builds it).
+    """
 
     components: tuple[Component, ...]
 
@@ -56,14 +60,30 @@ def _forward_states(chain: Serial, m_in: Moments) -> tuple[Moments, ...]:
 
 
 def serial(*components: Component) -> Serial:
-    """Compose moment maps like stax.serial: serial(a, b).fwd(m) = b.fwd(a.fwd(m))."""
+    """Compose moment maps like stax.serial: serial(a, b).fwd(m) = b.fwd(a.fwd(m)).
+
+    Args:
+        *components: the maps, in the order they apply.
+
+    Raises:
+        ValueError: no component.
+    """
     if not components:
         raise ValueError("serial needs at least one component")
     return Serial(tuple(components))
 
 
 def ffn_block(d: int, d_ff: int, w1_var: float, w2_var: float, activation: Component, p: float = 0.0) -> Serial:
-    """Linear d → d_ff, activation, Linear d_ff → d, Dropout(p)."""
+    """Linear d → d_ff, activation, Linear d_ff → d, Dropout(p).
+
+    Args:
+        d: the stream width.
+        d_ff: the hidden width.
+        w1_var: the first weight's variance.
+        w2_var: the second weight's variance.
+        activation: the activation's map (`ReLU`, `GeLU`, `ShapedReLU`, ...).
+        p: the dropout rate.
+    """
     return serial(Linear(d, d_ff, w1_var), activation, Linear(d_ff, d, w2_var), Dropout(p))
 
 

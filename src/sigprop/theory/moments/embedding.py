@@ -36,6 +36,13 @@ def zipf_collision_approx(vocab_size: int, euler: bool = True) -> float:
 
     Relative error against `zipf_collision_probability`: with γ, below 0.2% for V >= 1000;
     without γ, +12% at V = 30522 (BERT) and +11% at V = 50257 (GPT-2).
+
+    Args:
+        vocab_size: V (at least 2).
+        euler: add the Euler–Mascheroni γ.
+
+    Raises:
+        ValueError: ``vocab_size`` below 2 or not an integer.
     """
     check_size("vocab_size", vocab_size, minimum=2)
     return (math.pi ** 2 / 6) / (math.log(vocab_size) + (EULER_GAMMA if euler else 0.0)) ** 2

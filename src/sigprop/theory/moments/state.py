@@ -40,7 +40,20 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class Moments:
-    """Forward (mean, var, corr) and backward (grad_var, grad_corr) moments at one point."""
+    """Forward (mean, var, corr) and backward (grad_var, grad_corr) moments at one point.
+
+    Attributes:
+        mean: the mean of a feature over tokens and networks.
+        var: its variance.
+        corr: the correlation of one feature between two different tokens, in [−1, 1].
+        grad_var: the variance of ∂loss/∂x at this point.
+        grad_corr: the correlation of ∂loss/∂x between two different tokens, in [−1, 1].
+        norm_disp: e, the relative dispersion of a token's squared norm beyond its features' (module docstring).
+        kurtosis: κ, the features' raw fourth moment over their second squared (3 for Gaussian features).
+
+    Raises:
+        ValueError: a value that is not finite, a negative variance, or a correlation outside [−1, 1].
+    """
 
     mean: float
     var: float
