@@ -15,6 +15,16 @@ def test_check_prints_depth_table(capsys):
     assert "var@1" in out and "preln" in out and "dslm" in out
 
 
+def test_check_builds_every_placement_a_scheme_allows_with_qk_norm(capsys):
+    argv = ["check", "--depth", "2", "--width", "16", "--seq", "8", "--schemes", "preln", "gpt2", "shaped",
+            "--placements", "all", "--qk-norm"]
+    assert main(argv) == 0
+    rows = {line.split(")")[0] + ")" for line in capsys.readouterr().out.splitlines()
+            if line.split(" ")[0] in ("preln", "gpt2", "shaped")}
+    assert rows == {"preln (pre, qk-norm)", "preln (out, qk-norm)", "preln (sandwich, qk-norm)", "gpt2 (pre, qk-norm)",
+                    "shaped (none)"}        # gpt2 allows only pre; shaped attention takes no qk-norm
+
+
 def test_reproduce_quick_writes_results(tmp_path, capsys):
     assert main(["reproduce", "dslm-moments", "--quick", "--out", str(tmp_path)]) == 0
     written = {p.name for p in (tmp_path / "dslm-moments").iterdir()}

@@ -14,7 +14,8 @@ import torch
 from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail, one_line
 from .console.stopping import Stopped, exit_code, stop_on_signals
 from .models import ModelConfig, build_model
-from .schemes import SCHEMES
+from .nn.block import PLACEMENTS
+from .schemes import SCHEMES, get_scheme
 from .table import Table
 
 
@@ -31,17 +32,24 @@ def depth_profile(cfg: ModelConfig, batch: int = 8, seed: int = 0) -> list[tuple
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Print the forward and gradient variance through depth at init for each scheme."""
+    """Print the forward and gradient variance through depth at init for each scheme, at each of ``--placements``
+    the scheme allows (default: its own), with ``--qk-norm`` where its attention is softmax."""
     rows, layers = [], []
     for scheme in args.schemes:
-        cfg = ModelConfig(scheme=scheme, d_model=args.width, n_heads=4, n_layers=args.depth,
-                          max_seq_len=args.seq, vocab_size=256)
-        prof = depth_profile(cfg)
-        g0 = prof[0][2]
-        picks = sorted({0, len(prof) // 4, len(prof) // 2, len(prof) - 1})
-        layers = [prof[i][0] for i in picks]
-        rows.append([scheme, *(f"{prof[i][1]:.3g}" for i in picks), *(f"{prof[i][2] / g0:.3g}" for i in picks)])
-    header = ["scheme", *(f"var@{l}" for l in layers), *(f"grad@{l}/grad@{layers[0]}" for l in layers)]
+        s = get_scheme(scheme)
+        wanted = s.norm_placements if "all" in args.placements else args.placements or s.norm_placements[:1]
+        for placement in [p for p in wanted if p in s.norm_placements]:
+            cfg = ModelConfig(scheme=scheme, norm_placement=placement, d_model=args.width, n_heads=4,
+                              n_layers=args.depth, max_seq_len=args.seq, vocab_size=256,
+                              qk_norm=args.qk_norm and s.attention == "softmax")
+            prof = depth_profile(cfg)
+            g0 = prof[0][2]
+            picks = sorted({0, len(prof) // 4, len(prof) // 2, len(prof) - 1})
+            layers = [prof[i][0] for i in picks]
+            rows.append([f"{scheme} ({placement}{', qk-norm' if cfg.qk_norm else ''})",
+                         *(f"{prof[i][1]:.3g}" for i in picks), *(f"{prof[i][2] / g0:.3g}" for i in picks)])
+    header = ["scheme (norm placement)", *(f"var@{l}" for l in layers),
+              *(f"grad@{l}/grad@{layers[0]}" for l in layers)]
     print(Table(header, rows, caption=f"decoder, width {args.width}, depth {args.depth}, seq {args.seq}: "
                                       "measured at init (float64)").text())
     return EXIT_OK
@@ -77,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=48)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--placements", nargs="+", default=[], choices=[*PLACEMENTS, "all"],
+                   help="norm placements to build, each where the scheme allows it (default: the scheme's own; "
+                        "all: every one it allows)")
+    p.add_argument("--qk-norm", action="store_true", help="qk-norm in every softmax attention")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("demo", help="the main job: rank collapse, DSLM moments, a training comparison -> report.html")
     p.add_argument("--out", default="runs/demo", help="output folder (report.html, demo.json, one folder per part)")
