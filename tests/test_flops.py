@@ -27,8 +27,23 @@ def test_counted_flops_equal_the_formula(fields):
     assert train_flops_per_token(build_model(cfg, device="meta"), T) == train_flops_per_token(model, T)
 
 
+def test_an_encoder_decoder_counts_both_stacks_and_a_vit_its_patches_and_class_token():
+    torch.manual_seed(0)
+    T = 12
+    encdec = build_model(ModelConfig(**BASE, arch="encdec", n_dec_layers=2))
+    ids = torch.randint(0, BASE["vocab_size"], (1, T))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        encdec(ids, ids).sum().backward()
+    assert counter.get_total_flops() == T * train_flops_per_token(encdec, T)
+    vit = build_model(ModelConfig(arch="vit", d_model=32, n_heads=4, n_layers=2, image_size=8, patch_size=2,
+                                  in_channels=1, n_classes=10))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        vit(torch.randn(1, 1, 8, 8)).sum().backward()
+    assert counter.get_total_flops() == pytest.approx(17 * train_flops_per_token(vit, 17), rel=1e-12)  # 16 + 1
+
+
 def test_refusals():
-    with pytest.raises(NotImplementedError, match="ViT"):
-        train_flops_per_token(build_model(ModelConfig(arch="vit", d_model=32, n_heads=4, n_layers=1), "meta"), 8)
+    with pytest.raises(NotImplementedError, match="Linear"):
+        train_flops_per_token(torch.nn.Linear(2, 2), 8)
     with pytest.raises(ValueError, match="seq_len"):
         train_flops_per_token(build_model(ModelConfig(**BASE), "meta"), 0)

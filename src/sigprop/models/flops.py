@@ -15,18 +15,26 @@ from torch import nn
 
 from ..nn.attention import Attention
 from ..nn.shaped_attention import ShapedAttention
-from .transformer import DecoderLM, EncoderMLM
+from .transformer import ViT, _TiedLM
 
 
 def train_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """FLOPs of one forward and backward pass per token of ``model`` (a sigprop decoder or encoder; it may live
-    on the meta device) on sequences of ``seq_len`` tokens: 6 · Σ_matmuls n_in·n_out + 12 · T · Σ_attention d."""
-    if not isinstance(model, (DecoderLM, EncoderMLM)):
-        raise NotImplementedError(f"train_flops_per_token counts decoders and encoders, not {type(model).__name__}")
+    """FLOPs of one forward and backward pass per token of ``model`` (any sigprop model; it may live on the meta
+    device) on sequences of ``seq_len`` tokens: 6 · Σ_matmuls n_in·n_out + 12 · T · Σ_attention d. An
+    encoder–decoder counts each stack's tokens, both ``seq_len`` long (its cross-attention reads T keys too);
+    a ViT's T tokens are its patches and the class token: its patch projection runs on T − 1 of them (and needs
+    no input gradient: 4 FLOPs per product, not 6) and its head on one, which the per-token figure spreads over
+    the T."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    table = model.embed.tok
-    products = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
-    products += table.num_embeddings * table.embedding_dim
+    share = {}                                             # Linear -> the share of the T tokens it runs on
+    if isinstance(model, ViT):
+        share = {model.embed.proj: (seq_len - 1) / seq_len * 4 / 6, model.head: 1 / seq_len}
+    elif not isinstance(model, _TiedLM):
+        raise NotImplementedError(f"train_flops_per_token counts sigprop models, not {type(model).__name__}")
+    products = sum(m.in_features * m.out_features * share.get(m, 1.0) for m in model.modules()
+                   if isinstance(m, nn.Linear))
+    if isinstance(model, _TiedLM):
+        products += model.embed.tok.num_embeddings * model.embed.tok.embedding_dim
     widths = sum(m.d_model for m in model.modules() if isinstance(m, (Attention, ShapedAttention)))
     return float(6 * products + 12 * seq_len * widths)
