@@ -140,9 +140,9 @@ class RunConfig:
     """
 
     model: ModelConfig               # architecture and scheme (sigprop.models)
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)      # the corpus, tokenizer and sequence length
+    optim: OptimConfig = field(default_factory=OptimConfig)   # AdamW (or Prodigy) and the lr schedule
+    train: TrainConfig = field(default_factory=TrainConfig)   # the loop, its cadences, devices and output folder
 
     @property
     def objective(self) -> str:
