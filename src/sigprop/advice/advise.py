@@ -61,11 +61,12 @@ LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 
 
 @dataclass(frozen=True)
 class Advice:
-    """The report and the advice (module docstring)."""
+    """The report and the advice (the module docstring and docs/advise.md derive each quantity); `table` prints
+    it as `sigprop advise` does, `to_json` gives what ``--json`` writes."""
 
-    recommended_lr: float
-    lr_interval: tuple[float, float]
-    max_stable_lr: float
+    recommended_lr: float                             # the lr to train at
+    lr_interval: tuple[float, float]                  # (lo, hi) around it
+    max_stable_lr: float                              # above it the first steps diverge
     decided_by: str                                   # the lr scale max_stable_lr is read from
     stall_lr: float                                   # below it a run of the config's steps stalls
     no_window: str | None                             # why no lr trains within the run's steps (None: some does)
