@@ -6,16 +6,20 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..console import EXIT_OK, USER_ERRORS, Parser, add_set_option, fail
+from ..console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, add_set_option, fail
 from ..train.config import load_config
 
 PROG = "sigprop advise"
 
 
 def advise_main(argv: Sequence[str]) -> int:
-    """``sigprop advise --config RUN.toml [--set k=v ...] [--lrs LR ...] [--json PATH] [--range-test]``."""
-    p = Parser(prog=PROG, description="Signal propagation at init and the learning rate to use, from a few "
-               "forward/backward passes on the run's data (no training).")
+    """``sigprop advise --config RUN.toml [--set k=v ...] [--lrs LR ...] [--budget B] [--out DIR] [--json PATH]
+    [--range-test]``: with a budget (default 0.5 of one training run), the advice of a small proxy trained over a
+    short lr grid (`sigprop.advice.proxy`), its cost stated before it runs; ``--budget 0``: the report and rule at
+    init alone (a few forward/backward passes, no training)."""
+    p = Parser(prog=PROG, description="The learning rate to use: a small proxy of the run trained over a short lr "
+               "grid, its optimum carried to the run by the ratio of their first-step lr scales; with --budget 0, "
+               "the signal-propagation report and rule at init alone (no training).")
     p.add_argument("--config", required=True, help="run config (TOML), as for sigprop train")
     add_set_option(p)
     p.add_argument("--lrs", type=float, nargs="+", default=None, help="peak lrs to predict (default: optim.lr)")
@@ -23,11 +27,19 @@ def advise_main(argv: Sequence[str]) -> int:
     p.add_argument("--range-test", action="store_true",
                    help="run the LR range test instead (one short run with an exponential lr ramp)")
     p.add_argument("--steps", type=int, default=None, help="range test: ramp steps (default train.steps)")
+    p.add_argument("--budget", type=float, default=0.5, help="compute for the proxy's runs, as a fraction of one "
+                   "training run of the config (default 0.5); 0: the rule at init alone, no training")
+    p.add_argument("--out", default="runs/advise-proxy", help="folder of the proxy's runs (a rerun reuses them)")
+    add_progress_flag(p)
     try:
         args = p.parse_args(list(argv))
         cfg = load_config(args.config, args.set)
         if args.range_test:
             return _range_test(cfg, args)
+        if args.budget < 0:
+            raise UserError(f"--budget {args.budget}: must be 0 (no training) or a positive fraction of one run")
+        if args.budget > 0:
+            return _proxy(cfg, args)
         from .advise import advise, write_json
 
         advice = advise(cfg, lrs=args.lrs)
@@ -36,6 +48,18 @@ def advise_main(argv: Sequence[str]) -> int:
     print(advice.table())
     if args.json:
         write_json(advice, args.json)
+    return EXIT_OK
+
+
+def _proxy(cfg, args: argparse.Namespace) -> int:
+    """The proxy's advice: its plan and cost first, then its grid and what it says of the run."""
+    from .proxy import advise_by_proxy, plan
+
+    print(f"{plan(cfg, args.budget).text(cfg)}", flush=True)
+    a = advise_by_proxy(cfg, args.budget, lrs=args.lrs, out=args.out, progress=args.progress)
+    print(a.table(plan=False))
+    if args.json:
+        Path(args.json).write_text(json.dumps(a.to_json(), indent=2) + "\n")
     return EXIT_OK
 
 
