@@ -19,8 +19,10 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``…-hindsight``, chosen over every config, the scored family's included; ``range-test`` — the LR range test
 (`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
-``advise`` — `sigprop.advice.advise`'s recommended lr (cost: its wall seconds over one run's), which also predicts
-an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
+``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
+`sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
+(``advise-proxy-layer``: by the layer-change scale, the same proxy runs). The three advise choosers also predict an
+outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from ..train.sweep import finished_records, load_spec
 
 FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
 NEAR = 0.05             # a regret at most this (nats) counts as "near the best"
+PROXY_BUDGET = 0.5      # the proxy's compute, in training runs of the config (`sigprop advise`'s default)
 
 
 @dataclass(frozen=True)
@@ -190,15 +193,35 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
+def proxy_chooser(cache: Path, basis: str) -> Callable[[Config, Sequence[Config]], Choice]:
+    """`sigprop.advice.proxy.advise_by_proxy` at budget `PROXY_BUDGET` with the ``basis`` lr scale (the proxy runs
+    are shared by every basis; cost: the proxy runs), with its outcome per grid lr."""
+    from ..advice.proxy import advise_by_proxy
+
+    def compute(c: Config) -> dict[str, Any]:
+        a = advise_by_proxy(_cfg(c, cache / "tmp"), PROXY_BUDGET, lrs=list(c.lrs), out=cache / "proxy-runs",
+                            progress=False, basis=basis)
+        return {"lr": a.recommended_lr, "cost": a.cost, "outcomes": [p["outcome"] for p in a.predictions],
+                "ratio": a.ratio, "grid": a.grid, "cost_s": a.cost_s}
+    cached = _cached(f"proxy-{basis.replace(' ', '-')}", compute, cache)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        r = cached(c, every)
+        return {"lrs": (r["lr"],), "cost": r["cost"], "said": r["outcomes"]}
+    return choose
+
+
 def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, Sequence[Config]], Choice]]:
     """The choosers of the module docstring by name."""
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
-             "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None}
+             "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
+             "advise-proxy": None, "advise-proxy-layer": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
     made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache),
-            "prodigy": lambda: prodigy(cache)}
+            "prodigy": lambda: prodigy(cache), "advise-proxy": lambda: proxy_chooser(cache, "output change"),
+            "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change")}
     return {n: every[n] or made[n]() for n in names}
 
 
