@@ -156,7 +156,8 @@ sys.exit(main({argv!r}))
 
 
 @pytest.mark.parametrize("module, name, argv", [
-    ("sigprop.cli", "depth_profile", ["check", "--depth", "2", "--width", "8", "--seq", "4", "--schemes", "preln"]),
+    ("sigprop.diagnostics.check", "depth_profile", ["check", "--depth", "2", "--width", "8", "--seq", "4",
+                                                     "--schemes", "preln"]),
     ("sigprop.simulate.commands", "path_statistics", ["simulate", "sde", "--paths", "2", "--steps", "2",
                                                        "--no-progress", "--out", "{tmp}"]),
     ("sigprop.diagnostics.commands", "load", ["predict", "--config", "{tmp}/m.toml"]),
@@ -189,9 +190,17 @@ def test_usage_errors_exit_2_with_one_line(argv, needles, capsys):
 
 
 def test_a_missing_extra_is_a_user_error(monkeypatch, capsys):
-    from sigprop import cli
+    from sigprop.diagnostics import check
     from sigprop.extras import require
 
-    monkeypatch.setattr(cli, "depth_profile", lambda cfg: require("sigprop_no_such_extra", "check", "pip install x"))
+    monkeypatch.setattr(check, "depth_profile", lambda cfg: require("sigprop_no_such_extra", "check", "pip install x"))
     assert main(["check", "--depth", "2", "--width", "8", "--seq", "4", "--schemes", "preln"]) == 2
     _one_line_error(capsys, "check needs the 'sigprop_no_such_extra' package", "pip install x")
+
+
+@pytest.mark.parametrize("code", ["import sigprop.console", "from sigprop.cli import main; main(['--help'])",
+                                  "from sigprop.cli import main; main(['reproduce', '--help'])"])
+def test_the_bottom_layer_and_the_help_load_no_torch(code):
+    probe = f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.split()[-1] == "False", done.stdout + done.stderr

@@ -1,4 +1,5 @@
-"""The ``sigprop`` command: a thin dispatcher; each subcommand lives with the code it runs."""
+"""The ``sigprop`` command: a thin dispatcher; each subcommand lives with the code it runs, imported when it runs
+(``sigprop --help`` imports no torch)."""
 from __future__ import annotations
 
 import argparse
@@ -9,51 +10,8 @@ import sys
 import warnings
 from pathlib import Path
 
-import torch
-
 from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail, one_line
 from .console.stopping import Stopped, exit_code, stop_on_signals
-from .models import ModelConfig, build_model
-from .nn.block import PLACEMENTS
-from .schemes import SCHEMES, get_scheme
-from .table import Table
-
-
-def depth_profile(cfg: ModelConfig, batch: int = 8, seed: int = 0) -> list[tuple[int, float, float]]:
-    """Measured (layer, stream variance, gradient variance) after every block at init (`diagnostics.measure`
-    with the blocks as selector: random tokens, random-projection loss; float64)."""
-    from .diagnostics import measure
-    from .nn.block import Block
-
-    torch.manual_seed(seed)
-    model = build_model(cfg).double()
-    ids = torch.randint(0, cfg.vocab_size, (batch, cfg.max_seq_len))
-    return [(r.layer, r.fwd_var, r.grad_var) for r in measure(model, ids, seed=seed, blocks=Block)]
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Print the forward and gradient variance through depth at init for each scheme, at each of ``--placements``
-    the scheme allows (default: its own), with ``--qk-norm`` where its attention is softmax."""
-    rows, layers = [], []
-    for scheme in args.schemes:
-        s = get_scheme(scheme)
-        wanted = s.norm_placements if "all" in args.placements else args.placements or s.norm_placements[:1]
-        for placement in [p for p in wanted if p in s.norm_placements]:
-            cfg = ModelConfig(scheme=scheme, norm_placement=placement, d_model=args.width, n_heads=4,
-                              n_layers=args.depth, max_seq_len=args.seq, vocab_size=256,
-                              qk_norm=args.qk_norm and s.attention == "softmax")
-            prof = depth_profile(cfg)
-            g0 = prof[0][2]
-            picks = sorted({0, len(prof) // 4, len(prof) // 2, len(prof) - 1})
-            layers = [prof[i][0] for i in picks]
-            rows.append([f"{scheme} ({placement}{', qk-norm' if cfg.qk_norm else ''})",
-                         *(f"{prof[i][1]:.3g}" for i in picks), *(f"{prof[i][2] / g0:.3g}" for i in picks)])
-    header = ["scheme (norm placement)", *(f"var@{l}" for l in layers),
-              *(f"grad@{l}/grad@{layers[0]}" for l in layers)]
-    print(Table(header, rows, caption=f"decoder, width {args.width}, depth {args.depth}, seq {args.seq}: "
-                                      "measured at init (float64)").text())
-    return EXIT_OK
-
 
 # subcommands that own their argument parsing: name -> (module, function(argv) -> exit code, help)
 DELEGATED = {
@@ -69,6 +27,8 @@ DELEGATED = {
     "advise": ("sigprop.advice.commands", "advise_main", "lr advice at init: --config FILE [--lrs ...] [--json P]"),
     "simulate": ("sigprop.simulate.commands", "simulate_main",
                  "covariance SDE paths or finite-network ensembles: sde|ensemble [options] -> JSON + PNG"),
+    "check": ("sigprop.diagnostics.check", "check_main",
+              "measure forward/gradient variance through depth at init, per scheme [--placements ...] [--qk-norm]"),
 }
 
 # `sigprop reproduce NAME`: the one registry of claims and figures (name -> "module:attribute")
@@ -80,16 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, _, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
-    p = sub.add_parser("check", help="measure forward/gradient variance through depth at init, per scheme")
-    p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
-    p.add_argument("--depth", type=int, default=48)
-    p.add_argument("--width", type=int, default=128)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--placements", nargs="+", default=[], choices=[*PLACEMENTS, "all"],
-                   help="norm placements to build, each where the scheme allows it (default: the scheme's own; "
-                        "all: every one it allows)")
-    p.add_argument("--qk-norm", action="store_true", help="qk-norm in every softmax attention")
-    p.set_defaults(func=cmd_check)
     p = sub.add_parser("demo", help="the main job: rank collapse, DSLM moments, a training comparison -> report.html")
     p.add_argument("--out", default="runs/demo", help="output folder (report.html, demo.json, one folder per part)")
     p.add_argument("--quick", action="store_true", help="tiny smoke-size run (seconds)")
