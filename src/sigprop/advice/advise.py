@@ -15,9 +15,10 @@ passes (`probe`), never from training:
    decides it.
 
 The loss is the run's: the mean next-token (or masked-token) cross-entropy, plus its z-loss, in float64.
-Refused with an error naming the reason: a model without a moment map (NotImplementedError from the
-prediction), the ViT (no token frequencies for the stall level), a gradient that is not finite at init, an lr
-that is not positive.
+A model without an exact moment map still gets its advice, which the measured probe decides: the report's
+exponents from the maps are then NaN and `Advice.unmapped` says why. Refused with an error naming the reason: a
+gradient that is not finite at init, an lr that is not positive. A classifier's stall level is its class prior's
+loss (`sigprop.train.levels.unigram_level`).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..console import UserError
+from ..console import UserError, one_line
 from ..diagnostics import measure
 from ..diagnostics.measure import output_tensor
 from ..models import ModelConfig, build_model, calibrate
@@ -44,7 +45,7 @@ from ..models.transformer import EncoderDecoder
 from ..records import Record
 from ..train.config import OptimConfig, RunConfig, load_config
 from ..train.data import DataBundle, prepare_data
-from ..train.levels import unigram_nll
+from ..train.levels import unigram_level, unigram_nll
 from ..train.objectives import IGNORE, Batch
 from ..train.optim import param_groups, param_rules
 from ..train.run import seed_everything
@@ -89,6 +90,7 @@ class Advice:
     cost_s: float                                     # wall seconds of the advice
     probe: Probe = field(repr=False)
     caveat: str = ""                                  # what the rule's calibration cannot vouch for ("" none)
+    unmapped: str | None = None                       # why the maps' exponents are missing (None: they are not)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON schema of ``sigprop advise --json``, plus the report's fields under ``report``."""
@@ -123,6 +125,8 @@ class Advice:
         rows.append(f"cost: {self.passes:.0f} forward+backward passes, {self.cost_s:.1f} s")
         if self.caveat:
             rows.append(f"caveat: {self.caveat}")
+        if self.unmapped:
+            rows.append(f"the maps' exponents (nan above) are missing: {self.unmapped}")
         return "\n".join(rows)
 
 
@@ -195,9 +199,6 @@ def run_inputs(cfg: RunConfig) -> _Inputs:
     ``batch_size`` sequences (its loss is read at every point of the one-step profile: a batch the size of a
     training step's keeps that profile a few training steps' worth of compute); the unigram loss is read on its
     targets."""
-    if cfg.objective == "digits":
-        raise NotImplementedError("advise: arch 'vit' (digits) is not judged: the stall level needs token "
-                                  "frequencies (the unigram loss of text)")
     data = prepare_data(cfg, Path(cfg.train.out_dir), save_tokenizer=False)
     seed_everything(cfg.train.seed)
     model = build_model(cfg.model)
@@ -206,9 +207,14 @@ def run_inputs(cfg: RunConfig) -> _Inputs:
     calibrate(model, train.inputs)
     n = min(len(data.val), cfg.train.batch_size)
     heldout = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM))
-    unigram = unigram_nll(data.train.tokens, heldout.targets, data.tokenizer.vocab_size)
+    unigram = unigram_level(cfg, data, heldout.targets)
     groups = _groups(param_groups(param_rules(model, cfg.model), cfg.optim))
-    return _Inputs(model, groups, train, heldout, unigram, cfg.optim, cfg.train.steps, data)
+    return _Inputs(model, groups, _float64(train), _float64(heldout), unigram, cfg.optim, cfg.train.steps, data)
+
+
+def _float64(b: Batch) -> Batch:
+    """``b`` with its floating inputs (images) in float64, as the float64 copies that advise measures read them."""
+    return Batch(tuple(x.double() if x.is_floating_point() else x for x in b.inputs), b.targets)
 
 
 def _plain_groups(model: nn.Module, optim: OptimConfig) -> list[Group]:
@@ -234,7 +240,7 @@ def model_inputs(model: nn.Module, batches: Sequence[Any], optim: OptimConfig, s
             groups = _plain_groups(model, optim)
     else:
         groups = _groups(param_groups(param_rules(model, model.cfg), optim))
-    return _Inputs(model, groups, train, heldout, unigram, optim, steps)
+    return _Inputs(model, groups, _float64(train), _float64(heldout), unigram, optim, steps)
 
 
 def _vocab(model: nn.Module) -> int:
@@ -349,7 +355,11 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     if bad or not asked:
         raise UserError(f"advise: lrs must be positive finite numbers, got {list(lrs or [])}")
     hf = _is_hf(inputs.model)
-    la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
+    try:
+        la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
+        unmapped = None
+    except NotImplementedError as e:       # no exact maps: the report's exponents are left out, the advice stands
+        la, lg, la_m, lg_m, unmapped = [], [], None, math.nan, one_line(e)
     p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
               LINE_GRID, iterations=iterations, seed=seed, heldout_loss=logits_loss(optim_cfg.z_loss))
@@ -365,7 +375,8 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     return Advice(
         recommended_lr=d.recommended, lr_interval=d.interval, max_stable_lr=d.eta_max, decided_by=d.decided_by,
         stall_lr=d.eta_min, no_window=d.no_window, limits=limits(p, optim_cfg.beta1), predictions=predictions,
-        lambda_a=model_exponent(la), lambda_g=model_exponent(lg), lambda_a_measured=la_m, lambda_g_measured=lg_m,
+        lambda_a=model_exponent(la) if la else math.nan, lambda_g=model_exponent(lg) if lg else math.nan,
+        lambda_a_measured=la_m, lambda_g_measured=lg_m, unmapped=unmapped,
         lambda_a_blocks=la, lambda_g_blocks=lg,
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
         grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=last_corr(p.records),

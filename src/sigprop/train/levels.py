@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .config import load_config
-from .data import prepare_data
+from .config import RunConfig, load_config
+from .data import DataBundle, prepare_data
 from .objectives import IGNORE
 from .sampler import generator
 from .trainer import EVAL_STREAM
@@ -45,7 +45,12 @@ def unigram_loss(run_dir: str | Path) -> float:
     cfg = load_config(run_dir / "config.toml", [] if digits else [f'data.tokenizer="{run_dir / "tokenizer.json"}"'])
     data = prepare_data(cfg, run_dir, save_tokenizer=False)
     n = min(len(data.val), cfg.train.eval_batches * cfg.train.batch_size)
-    targets = data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets
-    if digits:
+    return unigram_level(cfg, data, data.val.batch(torch.arange(n), generator(cfg.train.seed, EVAL_STREAM)).targets)
+
+
+def unigram_level(cfg: RunConfig, data: DataBundle, targets: torch.Tensor) -> float:
+    """`unigram_nll` of ``targets`` under the frequencies of ``data``'s training split: its tokens, or for a
+    classifier (digits) its labels (the class prior)."""
+    if cfg.objective == "digits":
         return unigram_nll(data.train.labels, targets, cfg.model.n_classes)
     return unigram_nll(data.train.tokens, targets, data.tokenizer.vocab_size)
