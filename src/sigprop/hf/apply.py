@@ -7,7 +7,9 @@ for softmax attention logits, ``logit_scale(cfg)`` for a tied output head. What 
 express is a documented gain on top of the scheme's std:
 
 * embeddings: the schemes assume `TokenEmbedding.n_tables` = 2 summed tables; a family with T
-  tables gets gain √(2/T) (unit stream variance), and the tied-logit scale √(T/2) to match;
+  tables gets gain √(2/T) (unit stream variance), and the tied-logit scale √(T/2) to match; a table whose output
+  the model multiplies by s (`Family.embed_scale`: Gemma's √d) gets a further 1/s, its tied logits s;
+* norms: gain one, i.e. weight 1 − `Family.norm_offset` (Gemma's (1 + w) norms: w = 0), q_norm/k_norm included;
 * gated MLP (LLaMA): W_down gets gain √(m₂(mirror activation)/m₂(gate)), which turns the
   scheme's d_ff·σ_down²·m₂ = const into the gated form of `sigprop.theory.gated.gated_output_moment`;
 * DSLM V/O: gain (G_l / G'_l)^{1/4} on W_V and W_O, where the scheme's std divides by the attention
@@ -42,20 +44,24 @@ from ..schemes import ParamInfo, Site, dslm, get_scheme
 from ..theory.gated import gate_moment, gated_kernel
 from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces, record_std
 from .bert import Bert
+from .gemma3 import Gemma3
 from .gpt2 import GPT2
 from .llama import Llama
+from .olmo2 import Olmo2
+from .qwen3 import Qwen3
 from .shaped import NAME, ShapedMix, register
 
-FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama())
+FAMILIES: tuple[Family, ...] = (GPT2(), Bert(), Llama(), Qwen3(), Olmo2(), Gemma3())
 SUPPORTED: tuple[str, ...] = tuple(t for f in FAMILIES for t in f.model_types)
-"""The ``config.model_type`` values `apply` accepts (the GPT-2, BERT and LLaMA families); any other raises
-``ValueError`` naming this list."""
+"""The ``config.model_type`` values `apply` accepts (the GPT-2, BERT, LLaMA, Qwen3, OLMo 2 and Gemma 3 text
+families); any other raises ``ValueError`` naming this list."""
 SCHEMES = ("dslm", "shaped", "deepnorm", "depth_mup", "completep", "admin")
 # arguments of `apply` each scheme reads; a non-default value of any other is refused
 USES = {"dslm": ("gamma", "k", "r0", "seq_len", "learn_residual"),
         "shaped": ("gamma", "tau0", "c_plus", "c_minus", "shaping", "learn_residual"),
         "deepnorm": ("learn_residual",), "depth_mup": (), "completep": (), "admin": ()}
-PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN"}
+PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN", "out": "branch-output norm (x + N(f(x)))",
+              "sandwich": "sandwich norm (x + N₂(f(N₁(x))))"}
 DEFAULTS = dict(gamma=None, k=2.0, r0=None, tau0=1.0, c_plus=0.0, c_minus=-1.0, shaping="fixed",
                 learn_residual=False, seq_len=None)
 
@@ -88,6 +94,7 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
     fields = family.mirror(model.config)
     if scheme == "shaped":
         fields["activation"] = "shaped_relu"
+        fields["qk_norm"] = False                 # the qk-norms go with the other norms (`Family.norm_slots`)
         del fields["norm_type"]                   # norm "none": a norm type would be a field with no effect
     if scheme == "admin":
         fields["admin_mode"] = "constant"         # profiling needs data: `sigprop.schemes.admin.profile` after apply
@@ -99,8 +106,13 @@ def mirror_config(model: nn.Module, scheme: str = "dslm", *, gamma: float | None
 
 def _check_placement(model: nn.Module, family: Family, scheme: str) -> None:
     """Refuse a scheme whose norm placement (`Scheme.norm_placements`) the family's blocks do not have ("shaped"
-    drops the norms, so it fits every family)."""
+    drops the norms, so it fits every Pre-LN and Post-LN family; with a norm on the branch output the gated MLP
+    would be left unnormalized, `sigprop.hf.olmo2`)."""
     placements = get_scheme(scheme).norm_placements
+    if scheme == "shaped" and family.placement not in ("pre", "post"):
+        raise ValueError(f"sigprop.hf.apply scheme 'shaped' removes the blocks' norms; {model.config.model_type!r} "
+                         f"has a {PLACEMENTS[family.placement]}, whose removal leaves its gated MLP unnormalized (its "
+                         "branch grows like |x|²): no exact shaped form; use 'depth_mup' or 'completep'")
     if scheme == "shaped" or family.placement in placements:
         return
     need = placements[0]
@@ -114,7 +126,7 @@ def apply(model: nn.Module, scheme: str = "dslm", *, gamma: float | None = None,
           shaping: str = "fixed", learn_residual: bool = False, seq_len: int | None = None,
           parametrization: str = ModelConfig.parametrization, base_width: int = ModelConfig.base_width,
           base_depth: int = ModelConfig.base_depth, reinit: bool = True) -> ModelConfig:
-    """Make ``model`` (a GPT-2, BERT or LLaMA-family `transformers` model) a ``scheme`` model, in place.
+    """Make ``model`` (a `transformers` model of a family in `SUPPORTED`) a ``scheme`` model, in place.
 
     Arguments the scheme does not read must keep their defaults. Every weight drawn records its std
     (`record_std`), which `sigprop.hf.predict` reads. Optimizer groups: `sigprop.hf.param_groups`.
@@ -235,6 +247,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
     scheme = get_scheme(cfg.scheme)
     stack = "dec" if cfg.arch == "decoder" else "enc"
     table_gain = math.sqrt(TokenEmbedding.n_tables / family.n_tables)
+    embed_gain = table_gain / family.embed_scale(model.base_model)
     parent, name = family.act_slots(model.base_model)[0]
     act = getattr(parent, name)
     gate_gain = math.sqrt(dslm.second_moment(cfg.activation) / gate_moment(act)) if family.gated else 1.0
@@ -242,7 +255,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
 
     def gain(piece: Piece) -> float:
         if piece.role in ("embed", "pos"):
-            return table_gain
+            return embed_gain if piece.role == "embed" else table_gain
         if piece.role == "ffn_out":
             return gate_gain
         if piece.role in ("v", "o") and vo_gain is not None:
@@ -256,7 +269,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
         if piece.role == "bias":
             piece.tensor.zero_()
         elif piece.role == "norm":
-            piece.tensor.fill_(1.0)
+            piece.tensor.fill_(1.0 - family.norm_offset)       # gain norm_offset + weight = 1
         else:
             std = scheme.init_std(cfg, ParamInfo(piece.role, stack, piece.layer, piece.shape))
             piece.tensor.normal_(0.0, gain(piece) * std)
@@ -331,6 +344,6 @@ def _scale_tied_logits(model: nn.Module, family: Family, cfg: ModelConfig) -> No
     out, inp = model.get_output_embeddings(), model.get_input_embeddings()
     if out is None or out.weight is not inp.weight:
         return
-    out.sigprop_logit_scale = get_scheme(cfg.scheme).logit_scale(cfg) * math.sqrt(family.n_tables
-                                                                                  / TokenEmbedding.n_tables)
+    out.sigprop_logit_scale = (get_scheme(cfg.scheme).logit_scale(cfg) * family.embed_scale(model.base_model)
+                               * math.sqrt(family.n_tables / TokenEmbedding.n_tables))
     out.register_forward_hook(lambda module, args, logits: logits * module.sigprop_logit_scale)

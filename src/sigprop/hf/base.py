@@ -115,10 +115,11 @@ class Family(ABC):
     """Interface of one model family; subclasses fill every member."""
 
     model_types: ClassVar[tuple[str, ...]]   # HF ``config.model_type`` values handled
-    placement: ClassVar[str]                 # "pre" | "post": where the blocks' norms sit
+    placement: ClassVar[str]                 # "pre" | "post" | "out" | "sandwich": where the blocks' norms sit
     n_tables: ClassVar[int]                  # embedding tables summed into the stream
     shared_tables: ClassVar[int] = 0         # of which one row is added at every position (BERT's token type)
     gated: ClassVar[bool] = False            # MLP is φ(x W_gate) ⊙ (x W_up) W_down; "shaped" keeps its φ
+    norm_offset: ClassVar[float] = 0.0       # the norms' gain is norm_offset + weight (Gemma's (1 + w): 1)
 
     @abstractmethod
     def mirror(self, config: Any) -> dict[str, Any]:
@@ -171,9 +172,18 @@ class Family(ABC):
     def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
         """The norm of residual site ``kind``: before the branch (Pre-LN) or after the add (Post-LN)."""
 
+    def out_norm(self, block: nn.Module, kind: str) -> nn.Module:
+        """The norm on the branch output of residual site ``kind`` (placements "out" and "sandwich": x + N(f(·)));
+        nn.Identity where there is none."""
+        return nn.Identity()
+
     def final_norm(self, base: nn.Module) -> nn.Module:
         """The norm after the last block (nn.Identity where there is none)."""
         return nn.Identity()
+
+    def embed_scale(self, base: nn.Module) -> float:
+        """The factor the token embedding's output is multiplied by (Gemma: √d); 1 for a plain table."""
+        return 1.0
 
     def head_maps(self, walk: "Walk", model: nn.Module) -> list[Component | None]:
         """The maps from the backbone's output to the output `diagnose` differentiates: none for the bare

@@ -18,6 +18,10 @@ through its own independent block of W_O, so every variance and covariance adds 
 its probability dropout; the gated MLP (`sigprop.theory.moments.gated.GatedMLP`, SiLU by quadrature); the
 final norm; the LM head, untied by default.
 
+The block layout is data (`Llama.site_norms`, `Llama.qk_norms`), so the LLaMA-like families with other norm
+placements or qk-norm (`sigprop.hf.qwen3`, `sigprop.hf.olmo2`, `sigprop.hf.gemma3`) subclass this one and state
+only where they differ.
+
 RoPE: `sigprop.theory.moments.rope.RopeAttention` with the rotary module's own frequencies (``inv_freq``, so
 linear, llama3 and yarn frequency rules are read as they are); its ``attention_scaling`` multiplies cos and sin,
 so the logits by its square, folded into the query variance. Rules whose frequencies change with the sequence
@@ -26,8 +30,9 @@ takes the closed-form `Attention` map.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
+import torch
 from torch import nn
 
 from ..theory.moments.embedding import Embedding
@@ -45,6 +50,10 @@ class Llama(Family):
     placement = "pre"
     n_tables = 1                                   # token table only; positions enter through RoPE
     gated = True
+    # per residual site: the block's norm attribute on the branch input and on the branch output (None: none)
+    site_norms: ClassVar[dict[str, tuple[str | None, str | None]]] = {
+        "attn": ("input_layernorm", None), "mlp": ("post_attention_layernorm", None)}
+    qk_norms: ClassVar[bool] = False               # the attention has q_norm and k_norm (qk-norm)
 
     def mirror(self, config: Any) -> dict[str, Any]:
         # activation "gelu": the smooth-activation rules of the schemes give unit gate/up pre-activations
@@ -54,15 +63,29 @@ class Llama(Family):
                     n_layers=config.num_hidden_layers, n_heads=config.num_attention_heads,
                     d_ff=config.intermediate_size, max_seq_len=config.max_position_embeddings,
                     norm_type="rmsnorm", activation="gelu", dropout=0.0,
-                    bias=bool(getattr(config, "attention_bias", False)))
+                    bias=bool(getattr(config, "attention_bias", False)), qk_norm=self.qk_norms)
 
     def blocks(self, base: nn.Module) -> list[nn.Module]:
         return list(base.layers)
 
+    def _norm(self, block: nn.Module, kind: str, where: int) -> nn.Module | None:
+        name = self.site_norms[kind][where]
+        return None if name is None else getattr(block, name)
+
     def sites(self, block: nn.Module) -> list[ResidualSite]:
-        return [ResidualSite("attn", block.input_layernorm, 0, block.self_attn, block.post_attention_layernorm,
-                             out_is_input=True),
-                ResidualSite("mlp", block.post_attention_layernorm, 0, block.mlp, block, out_is_input=False)]
+        # the skip x is the first positional argument of the branch input's norm, else of the block (attention,
+        # whose module takes keywords) or of the MLP; g is the output of the branch's output norm, else the branch's
+        attn_in, mlp_in = self._norm(block, "attn", 0), self._norm(block, "mlp", 0)
+        attn_out, mlp_out = self._norm(block, "attn", 1), self._norm(block, "mlp", 1)
+        mlp_first = mlp_in if mlp_in is not None else block.mlp
+        return [ResidualSite("attn", attn_in if attn_in is not None else block, 0,
+                             attn_out if attn_out is not None else block.self_attn, mlp_first, out_is_input=True),
+                ResidualSite("mlp", mlp_first, 0, mlp_out if mlp_out is not None else block.mlp, block,
+                             out_is_input=False)]
+
+    def _block_norms(self, block: nn.Module) -> list[nn.Module]:
+        norms = [getattr(block, name) for kind in ("attn", "mlp") for name in self.site_norms[kind] if name]
+        return norms + ([block.self_attn.q_norm, block.self_attn.k_norm] if self.qk_norms else [])
 
     def pieces(self, base: nn.Module) -> Iterator[Piece]:
         yield Piece(base.embed_tokens.weight, "embed", None, tuple(base.embed_tokens.weight.shape))
@@ -71,12 +94,14 @@ class Llama(Family):
             for module, role in ((attn.q_proj, "q"), (attn.k_proj, "k"), (attn.v_proj, "v"), (attn.o_proj, "o"),
                                  (mlp.gate_proj, "ffn_in"), (mlp.up_proj, "ffn_in"), (mlp.down_proj, "ffn_out")):
                 yield from linear_pieces(module, role, layer)
-            yield from norm_pieces(block.input_layernorm, layer)
-            yield from norm_pieces(block.post_attention_layernorm, layer)
+            for norm in self._block_norms(block):
+                yield from norm_pieces(norm, layer)
         yield from norm_pieces(base.norm, None)
 
     def norm_slots(self, base: nn.Module) -> list[tuple[nn.Module, str]]:
-        return [(b, "input_layernorm") for b in base.layers] + [(base, "norm")]      # the MLP keeps its norm
+        qk = [(b.self_attn, name) for b in base.layers for name in ("q_norm", "k_norm")] if self.qk_norms else []
+        attn = [(b, name) for b in base.layers if (name := self.site_norms["attn"][0]) is not None]
+        return attn + qk + [(base, "norm")]                                                 # the MLP keeps its norm
 
     def act_slots(self, base: nn.Module) -> list[tuple[nn.Module, str]]:
         return [(b.mlp, "act_fn") for b in base.layers]
@@ -86,7 +111,8 @@ class Llama(Family):
 
     def input_maps(self, walk: Walk, base: nn.Module) -> list[Component | None]:
         from .walk import collision
-        return [Embedding((walk.table_var(base.embed_tokens, "embed", "token embedding"),), (collision(walk.ids),))]
+        var = walk.table_var(base.embed_tokens, "embed", "token embedding") * self.embed_scale(base) ** 2
+        return [Embedding((var,), (collision(walk.ids),))]
 
     def branch_maps(self, walk: Walk, block: nn.Module, kind: str, L: int) -> list[Component | None]:
         if kind == "mlp":
@@ -97,7 +123,6 @@ class Llama(Family):
             return [GatedMLP(gate.d_in, gate.d_out, gate.weight_var, up.weight_var, down.weight_var,
                              walk.component(mlp.act_fn, "MLP gate activation"))]
         attn = block.self_attn
-        rotary = walk.model.base_model.rotary_emb
         window = (attn.sliding_window if hasattr(attn, "sliding_window")
                   else getattr(attn.config, "sliding_window", None))
         if window is not None and L > window:
@@ -106,28 +131,47 @@ class Llama(Family):
         if n_heads * attn.head_dim != d:
             raise NotImplementedError(f"attention with head_dim {attn.head_dim} × {n_heads} heads ≠ hidden_size {d} "
                                       "has no moment map")
-        q, k, v, o = (walk.linear(m, role, f"attention {name}").weight_var for m, role, name in (
+        projections = [walk.linear(m, role, f"attention {name}") for m, role, name in (
             (attn.q_proj, "q", "q_proj"), (attn.k_proj, "k", "k_proj"), (attn.v_proj, "v", "v_proj"),
-            (attn.o_proj, "o", "o_proj")))
+            (attn.o_proj, "o", "o_proj"))]
+        q, k, v, o = (linear.weight_var for linear in projections)
+        dof, span, checks = 0, None, []
+        if self.qk_norms and not isinstance(attn.q_norm, nn.Identity):
+            (q, dof, check_q), (k, width, check_k) = (walk.qk_norm(norm, f"attention {name}", linear) for
+                                                      norm, name, linear in ((attn.q_norm, "q_norm", projections[0]),
+                                                                             (attn.k_norm, "k_norm", projections[1])))
+            span = None if (dof, width) == (attn.head_dim,) * 2 else (dof, width)   # one norm over every head
+            dof, checks = attn.head_dim, [check_q, check_k]
         p = attn.attention_dropout if attn.training else 0.0
-        frequencies, scaling = _rope(rotary, attn.head_dim)
-        mix = walk.attention(attn, L, (q * scaling ** 4, k, v, o), n_heads, d, attn.is_causal, p)
-        return [RopeAttention(mix, frequencies) if any(frequencies) else mix]
+        frequencies, scaling = self.rope(walk.model.base_model, attn)
+        mix = walk.attention(attn, L, (q * scaling ** 4, k, v, o), n_heads, d, attn.is_causal, p, qk_norm=dof)
+        return [*checks, RopeAttention(mix, frequencies, qk_span=span) if any(frequencies) or span else mix]
+
+    def rope(self, base: nn.Module, attn: nn.Module) -> tuple[tuple[float, ...], float]:
+        """The rotary frequencies θ_p and cos/sin scaling ``attn`` reads (`_rope`): the backbone's one rotary module."""
+        rotary = base.rotary_emb
+        return _rope(getattr(rotary, "rope_type", "default"), rotary.inv_freq,
+                     getattr(rotary, "attention_scaling", 1.0), attn.head_dim)
 
     def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
-        return block.input_layernorm if kind == "attn" else block.post_attention_layernorm
+        norm = self._norm(block, kind, 0)
+        return nn.Identity() if norm is None else norm
+
+    def out_norm(self, block: nn.Module, kind: str) -> nn.Module:
+        norm = self._norm(block, kind, 1)
+        return nn.Identity() if norm is None else norm
 
     def final_norm(self, base: nn.Module) -> nn.Module:
         return base.norm
 
 
-def _rope(rotary: nn.Module, head_dim: int) -> tuple[tuple[float, ...], float]:
-    """The rotary module's frequencies θ_p and its cos/sin scaling; refuses what `RopeAttention` does not map."""
-    kind = getattr(rotary, "rope_type", "default")
+def _rope(kind: str, inv_freq: torch.Tensor, scaling: float, head_dim: int) -> tuple[tuple[float, ...], float]:
+    """The rotary frequencies θ_p (``inv_freq``) and cos/sin ``scaling`` of a rotary rule ``kind``; refuses what
+    `RopeAttention` does not map."""
     if kind in ("dynamic", "longrope"):
         raise NotImplementedError(f"RoPE type {kind!r} has no moment map: its frequencies change with the sequence "
                                   "length at run time")
-    inv_freq = rotary.inv_freq.detach().double()
+    inv_freq = inv_freq.detach().double()
     if 2 * inv_freq.numel() != head_dim:
         raise NotImplementedError(f"partial RoPE ({inv_freq.numel()} planes for head_dim {head_dim}) has no moment map")
-    return tuple(inv_freq.tolist()), float(getattr(rotary, "attention_scaling", 1.0))
+    return tuple(inv_freq.tolist()), float(scaling)

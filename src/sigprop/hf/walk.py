@@ -13,9 +13,11 @@ norm and dropout: the stream entering the first block, record layer 0), `Family.
 or MLP branch of one residual site, its dropout included), `Family.site_norm`, `Family.final_norm` and
 `Family.head_maps` (what lies between the last block and the output `diagnose` differentiates). The chain
 composes them like `sigprop.nn.Sublayer`: Pre-LN x ← αx + βD(f(N(x))), Post-LN x ← N(αx + βD(f(x)))
-(`PostNormResidual`, its input a previous norm's output), a norm replaced by the identity (``shaped``) drops
-out. Backward: from logits with unit gradient variance, as `diagnose`'s random-projection loss; a causal
-stack as `sigprop.models.predict` traces a decoder, a bidirectional one with `trace_bwd`.
+(`PostNormResidual`, its input a previous norm's output), a norm on the branch output (`Family.out_norm`: OLMo 2's
+x ← αx + βN(f(x)), Gemma's sandwich x ← αx + βN₂(f(N₁(x)))) is its map on f's output moments, as in `Sublayer`,
+and a norm replaced by the identity (``shaped``) drops out. Backward: from logits with unit gradient variance, as
+`diagnose`'s random-projection loss; a causal stack as `sigprop.models.predict` traces a decoder, a bidirectional
+one with `trace_bwd`.
 
 A module, option or input without an exact map raises NotImplementedError naming it (RoPE whose frequencies
 change at run time, the tanh-GeLU beyond its quadrature range, padding masks, a classification head, ...).
@@ -23,6 +25,7 @@ change at run time, the tanh-GeLU beyond its quadrature range, padding masks, a 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Iterator
 
@@ -41,7 +44,7 @@ from ..theory.moments.norm import LayerNorm, RMSNorm
 from ..theory.moments.pointwise import GeLU, Smooth
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
 from ..theory.moments.residual import Residual
-from ..theory.moments.state import Component, Moments
+from ..theory.moments.state import Component, Moments, replace
 from .apply import family_of
 from .base import recorded_std
 
@@ -106,22 +109,46 @@ class Walk:
         if isinstance(module, nn.Identity):
             return None
         if type(module).__name__.endswith("RMSNorm") and not isinstance(module, nn.RMSNorm):
-            _unit_affine(module, what)                               # LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm
-            return RMSNorm(module.weight.numel())
+            self.unit_gain(module, what)                             # LlamaRMSNorm, ..., Gemma3RMSNorm (1 + w)
+            eps = _eps(module)
+            return serial(SmallEpsilon(eps, what), RMSNorm(module.weight.numel())) if eps else RMSNorm(
+                module.weight.numel())
         name = type(module).__name__
         if name in ACTIVATIONS:
             return ACTIVATIONS[name]()
         return component_of(module, what)
 
+    def unit_gain(self, norm: nn.Module, what: str) -> None:
+        """Refuse an HF norm whose gain (the family's ``norm_offset`` + weight) is not one everywhere, as at init."""
+        weight = getattr(norm, "weight", None)
+        if self.family.norm_offset == 0.0 or weight is None:
+            _unit_affine(norm, what)
+        elif not weight.is_meta and not bool((weight.detach() + self.family.norm_offset == 1.0).all()):
+            raise NotImplementedError(f"{what} has a trained gain; the norm's moment map describes the init gain "
+                                      f"{self.family.norm_offset:g} + weight = 1")
+
+    def qk_norm(self, norm: nn.Module, what: str, projection: Linear) -> tuple[float, int, SmallEpsilon]:
+        """(g², k, check) of an HF query or key RMSNorm after ``projection``: its gain squared (1 at init), the degrees
+        of freedom of its output (its width), the qk-norm map's input (`sigprop.theory.moments.qk_norm`), and the
+        identity map that refuses an attention input too small for the norm's ε (`SmallEpsilon`: a projected
+        coordinate has mean square d_in σ_w² times the input's)."""
+        if not type(norm).__name__.endswith("RMSNorm"):
+            raise NotImplementedError(f"{what} ({type(norm).__name__}) has no qk-norm map (RMSNorm has)")
+        self.unit_gain(norm, what)
+        return 1.0, norm.weight.numel(), SmallEpsilon(_eps(norm), what, projection.d_in * projection.weight_var)
+
     def attention(self, module: nn.Module, L: int, variances: tuple[float, float, float, float], n_heads: int,
-                  d: int, causal: bool, p: float) -> Attention:
+                  d: int, causal: bool, p: float, qk_norm: int = 0) -> Attention:
         """The attention map of an HF attention module with projection variances (q, k, v, o): its ``scaling``
-        (softmax) or its `ShapedMix` (τ₀, γ₁, γ₂: shaped), attention-probability dropout ``p``."""
+        (softmax) or its `ShapedMix` (τ₀, γ₁, γ₂: shaped), attention-probability dropout ``p``; ``qk_norm`` > 0: each
+        head's queries and keys normalized in that many degrees of freedom, (q, k) then the norms' g² (`qk_norm`)."""
         q, k, v, o = variances
         shape = getattr(module, "sigprop_shape", None)
         if shape is None:
             q *= attention_logit_factor(module.scaling, (d // n_heads) ** 0.5)
-            return Attention(d, n_heads, L, q, k, v, o, p=p, causal=causal)
+            return Attention(d, n_heads, L, q, k, v, o, p=p, causal=causal, qk_norm=qk_norm)
+        if qk_norm:
+            raise NotImplementedError("shaped attention with qk-norm has no moment map")
         return Attention(d, n_heads, L, q, k, v, o, p=p, causal=causal, shaped=True, tau0=shape.tau0,
                          gamma1=scalar(shape.gamma1, 1.0, "shaped attention gamma1"),
                          gamma2=scalar(shape.gamma2, 1.0, "shaped attention gamma2"))
@@ -139,10 +166,9 @@ class Walk:
             alpha, beta = residual.values() if isinstance(residual, ResidualModule) else (1.0, 1.0)
             branch = [c for c in family.branch_maps(self, block, kind, L) if c is not None]
             norm = self.component(family.site_norm(block, kind), f"layer {i} {kind} norm")
-            if norm is None:
-                chain.append(Residual(alpha, beta, serial(*branch)))
-            elif family.placement == "pre":
-                chain.append(Residual(alpha, beta, serial(norm, *branch)))
+            out = self.component(family.out_norm(block, kind), f"layer {i} {kind} output norm")
+            if norm is None or family.placement != "post":
+                chain.append(Residual(alpha, beta, serial(*(c for c in (norm, *branch, out) if c is not None))))
             else:
                 if n == 0 and normalized is None:
                     raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
@@ -155,6 +181,39 @@ class Walk:
         tail = [c for c in (self.component(family.final_norm(base), "final norm"),) if c is not None]
         tail += [c for c in family.head_maps(self, self.model) if c is not None]
         return labels + [None] * len(tail), chain + tail
+
+
+@dataclass(frozen=True)
+class SmallEpsilon:
+    """The identity, refusing an input whose mean square μ² + σ² is not ≫ the ``eps`` of the RMSNorm it feeds.
+
+    An HF RMSNorm computes x/√(ms(x) + ε); its map (`RMSNorm`) is the ε → 0 one, whose output variance is off by a
+    factor ≈ ms/(ms + ε). Inputs with ε ≤ `EPS_SHARE`·(μ² + σ²) keep that bias under 1 %; smaller inputs (a branch
+    output at HF's 0.02-std init, whose mean square can fall below ε = 1e-6) raise NotImplementedError naming the
+    norm."""
+
+    eps: float
+    what: str
+    gain: float = 1.0       # the norm's input mean square per unit mean square of this map's input
+
+    def fwd(self, m: Moments) -> Moments:
+        square = self.gain * (m.mean ** 2 + m.var)
+        if self.eps > EPS_SHARE * square:
+            raise NotImplementedError(f"{self.what}: its eps {self.eps:g} is not negligible against its input's mean "
+                                      f"square {square:.3g}; the RMSNorm map is the eps → 0 one")
+        return m
+
+    def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
+        self.fwd(m_in)
+        return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
+
+
+EPS_SHARE = 0.01
+
+
+def _eps(norm: nn.Module) -> float:
+    """The ε of an HF RMSNorm (``variance_epsilon``: LLaMA, OLMo 2, Qwen; ``eps``: Gemma)."""
+    return float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0)))
 
 
 def _normalized(inputs: list[Component]) -> bool | None:

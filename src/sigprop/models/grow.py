@@ -20,7 +20,8 @@ Modes:
   new blocks (their β is the neighbour's), which makes them the identity. With a norm on the branch output
   (placements "out", "sandwich") a zeroed projection would feed that norm a zero vector (its output the
   shift, its Jacobian 1/√ε), so there the norm's gain and shift are zeroed instead and the projections
-  kept: N(f)·0 + 0 = 0. The function, and so every logit, is unchanged; the new blocks start learning
+  kept: N(f)·0 + 0 = 0 (OLMo 2's output norms: weight 0; Gemma 3's, whose gain is 1 + weight: weight −1). The
+  function, and so every logit, is unchanged; the new blocks start learning
   through the zeroed parameters' gradients.
 * ``copy``: each new block is an exact copy of its neighbour (its residual weights included); the
   function changes.
@@ -66,6 +67,16 @@ HF_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "llama": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
     "mistral": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
     "qwen2": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
+    "qwen3": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
+    "olmo2": ("layers", ()),
+    "gemma3_text": ("layers", ()),
+}
+# transformers families with a norm on each branch output (placements "out", "sandwich"): model_type -> (those norms
+# in a block, the offset c of their gain c + weight); mode "identity" zeroes their gain (weight = −c) instead of the
+# projections (module docstring)
+HF_OUTPUT_NORMS: dict[str, tuple[tuple[str, ...], float]] = {
+    "olmo2": (("post_attention_layernorm", "post_feedforward_layernorm"), 0.0),
+    "gemma3_text": (("post_attention_layernorm", "post_feedforward_layernorm"), 1.0),
 }
 
 
@@ -106,9 +117,10 @@ def grow(model: nn.Module, n_layers: int, mode: str = "identity", every: int | N
          at: str | None = None) -> nn.Module:
     """A deeper copy of ``model`` with ``n_layers`` blocks (``model`` itself is not changed).
 
-    ``model``: a sigprop `DecoderLM`, `EncoderMLM` or `ViT`, or a `transformers` GPT-2 or LLaMA-family
-    (llama, mistral, qwen2) model. An `EncoderDecoder` is refused (its two stacks make "the depth"
-    ambiguous), as is a `transformers` model after `sigprop.hf.apply` (its hooks hold the old blocks).
+    ``model``: a sigprop `DecoderLM`, `EncoderMLM` or `ViT`, or a `transformers` model of a family in
+    `HF_FAMILIES` (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3 text). An `EncoderDecoder` is refused (its
+    two stacks make "the depth" ambiguous), as is a `transformers` model after `sigprop.hf.apply` (its hooks hold the
+    old blocks).
     ``mode``: one of `MODES`; ``every``/``at``: placement (`plan`); the module docstring states both.
 
     Args:
@@ -241,6 +253,10 @@ def _grow_hf(model: nn.Module, model_type: str, n: int, mode: str, every: int | 
                 linear = _find(block, path)
                 if linear is not None:
                     _zero_projection(linear)
+            norms, offset = HF_OUTPUT_NORMS.get(model_type, ((), 0.0))
+            for path in norms:
+                with torch.no_grad():
+                    _find(block, path).weight.fill_(-offset)       # gain offset + weight = 0: N(f)·0 = 0
         for module in block.modules():
             if isinstance(getattr(module, "layer_idx", None), int):
                 module.layer_idx = j

@@ -48,6 +48,16 @@ covariances add over heads (grouped-query heads sharing W_k, W_v included): one 
 ``n_heads`` times. Sampled in float32 (its rounding is far below the sampling error), fixed seed: the map is a
 deterministic function of its inputs; `RopeAttention.sampled` gives
 the standard errors of the estimates (relative ≲ 1 % at the default ``samples``).
+
+**qk-norm** (``attention.qk_norm`` = k > 0, `sigprop.theory.moments.qk_norm`'s convention: ``q_var`` = g_q²(scale·τ)²,
+``k_var`` = g_k²). The sampled head's queries and keys are normalized before the rotation (which keeps their norms,
+so before or after is the same map): u = xW with W i.i.d. N(0, 1) (the norm removes the weights' scale), centred
+when k = d_k − 1 (LayerNorm), then q̂ = √(q_var·D)·u/|u| over the D coordinates the norm spans. Per-head norms
+(Qwen3, Gemma 3) span D = d_k; a norm over the whole projection (OLMo 2's q_norm and k_norm on H·d_k and H_kv·d_k
+coordinates, ``qk_span``) divides each head by a length shared with the other heads: the sampled head is then the
+first d_k of D sampled coordinates, and the input gradient runs through all D of them (autograd through the norm).
+The heads stay uncorrelated (each writes through its own W_v, W_O and gradient slice, independent and of mean zero),
+so counting the sampled head ``n_heads`` times stays exact.
 """
 from __future__ import annotations
 
@@ -90,10 +100,14 @@ class RopeAttention:
     frequencies: tuple[float, ...]
     samples: int = 4096
     seed: int = 0
+    qk_span: tuple[int, int] | None = None   # qk-norm over (D_q, D_k) coordinates; None: each head's d_k
 
     def __post_init__(self) -> None:
         att = self.attention
         check_size("samples", self.samples, minimum=2)
+        if self.qk_span is not None and (att.qk_norm != att.d_k or min(self.qk_span) < att.d_k):
+            raise ValueError(f"qk_span {self.qk_span} needs RMS qk-norm (attention.qk_norm = d_k = {att.d_k}) over at "
+                             "least one head's coordinates")
         if 2 * len(self.frequencies) != att.d_k:
             raise ValueError(f"RoPE needs d_k/2 = {att.d_k // 2} frequencies, got {len(self.frequencies)}")
         if not all(math.isfinite(f) for f in self.frequencies):
@@ -151,17 +165,31 @@ def _exchangeable(shape: tuple[int, ...], mean: float, var: float, corr: float, 
     return mean + math.sqrt((1 - corr) * var) * (e - bar) + math.sqrt(var * (1 + (L - 1) * corr)) * bar
 
 
+def _projected(rope: RopeAttention, x: torch.Tensor, var: float, span: int, generator: torch.Generator
+               ) -> torch.Tensor:
+    """(n, L, d_k) queries or keys of one sampled head: x W, W i.i.d. N(0, ``var``); under qk-norm the first d_k of
+    √(var·D)·u/|u|, u = x W over the norm's D = ``span`` coordinates (centred for LayerNorm; module docstring)."""
+    att = rope.attention
+    if not att.qk_norm:
+        return x @ (torch.randn(x.shape[0], rope.d, att.d_k, generator=generator, dtype=torch.float32)
+                    * math.sqrt(var))
+    u = x @ torch.randn(x.shape[0], rope.d, span, generator=generator, dtype=torch.float32)  # (n, L, D)
+    if att.qk_norm == att.d_k - 1:
+        u = u - u.mean(-1, keepdim=True)
+    return (math.sqrt(var * span) * u / u.norm(dim=-1, keepdim=True))[..., :att.d_k]
+
+
 def _mixing(rope: RopeAttention, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A (n, L, L) of one sampled head per token set x (n, L, d): rotated logits, mask, softmax, dropout, shaping."""
     att, n, L = rope.attention, x.shape[0], x.shape[1]
     dk = att.d_k
-    wq, wk = (torch.randn(n, rope.d, dk, generator=generator, dtype=torch.float32) * math.sqrt(v)
-              for v in (att.q_var, att.k_var))
+    spans = rope.qk_span or (dk, dk)
+    q, k = (_projected(rope, x, v, span, generator) for v, span in zip((att.q_var, att.k_var), spans))
     theta = torch.tensor(rope.frequencies, dtype=torch.float64)
     angle = torch.arange(L, dtype=torch.float64)[:, None] * theta                # position t, plane p: tθ_p
     phase = torch.polar(torch.ones_like(angle), angle).to(torch.complex64)
-    q = torch.view_as_complex((x @ wq).reshape(n, L, dk // 2, 2)) * phase
-    k = torch.view_as_complex((x @ wk).reshape(n, L, dk // 2, 2)) * phase
+    q = torch.view_as_complex(q.reshape(n, L, dk // 2, 2)) * phase
+    k = torch.view_as_complex(k.reshape(n, L, dk // 2, 2)) * phase
     logits = (q @ k.conj().transpose(-1, -2)).real / math.sqrt(att.tau2)      # a·b = Re(a b̄) per plane
     visible = torch.ones(L, L, dtype=torch.bool).tril() if att.causal else torch.ones(L, L, dtype=torch.bool)
     a = logits.masked_fill(~visible, float("-inf")).softmax(-1)
