@@ -118,7 +118,8 @@ def _probe(line, slope=100.0, loss0=6.0, sharpness=1e3, corr=0.5):
     from sigprop.records import Record
 
     last = Record(layer=1, sublayer="mlp", fwd_mean=0.0, fwd_var=1.0, token_corr=corr, grad_var=1.0)
-    return Probe(loss0=loss0, slope=slope, sharpness=sharpness, out_change=10.0, layer_change=20.0, logit_growth=0.0,
+    return Probe(loss0=loss0, slope=slope, sharpness=sharpness, out_change=10.0, layer_change=20.0,
+                 median_layer_change=5.0, logit_growth=0.0,
                  corr_growth=0.0, line=tuple(line), records=(last,), passes=1.0)
 
 

@@ -19,7 +19,8 @@ a direction known before any step is taken. `probe` measures along it, on a floa
 * ``layer_change`` = max over the model's weight layers (every module whose own ``weight`` is a trainable
   matrix: linear and convolution-1D projections, embedding tables) of the same relative change of that layer's
   output, ‖h(θ + η₀d) − h(θ)‖/(η₀‖h(θ)‖), read in the same two passes: μP's criterion per layer (at the lr
-  1/layer_change one step changes some layer's features by their own size);
+  1/layer_change one step changes some layer's features by their own size), and ``median_layer_change`` its
+  median over the layers (the typical layer, which μP keeps width-invariant, where the max is one layer's);
 * ``logit_growth`` = d max(attention logit)/dη and ``corr_growth`` = d ρ_L/dη (the last block's token
   correlation: rank collapse) per unit lr, from the records before and after a step η₀;
 * ``line``: (η, held-out loss after the step η d) at a contiguous run of the grid ``lrs`` that ends at the first
@@ -39,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +76,7 @@ class Probe:
     sharpness: float                              # λ_max(P⁻¹H): Adam's preconditioned sharpness
     out_change: float                             # relative change of the output per unit lr
     layer_change: float                           # largest relative change of a weight layer's output per unit lr
+    median_layer_change: float                    # the median over the weight layers of that change
     logit_growth: float                           # d max attention logit / dη (0 without attention records)
     corr_growth: float                            # d (last block's token correlation) / dη
     line: tuple[tuple[float, float], ...]         # (η, held-out loss after one step η d)
@@ -266,7 +269,8 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     with torch.no_grad(), _outputs(layers) as h1:
         out1 = output_fn(twin, heldout_batch).double()
     after = records_fn(twin, False)
-    layer_change = max(((h1[k] - h0[k]).norm() / h0[k].norm()).item() / step for k in h0 if h0[k].norm() > 0)
+    changes = sorted(((h1[k] - h0[k]).norm() / h0[k].norm()).item() / step for k in h0 if h0[k].norm() > 0)
+    layer_change, median_change = changes[-1], statistics.median(changes)
     out_change = float((out1 - out0).norm() / out0.norm()) / step
     passes += 1 + (3 if heldout_loss is not None else 4) * FORWARD
 
@@ -284,7 +288,7 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     passes += evaluated * FORWARD
     ps.set(theta)
     return Probe(loss0=loss0, slope=slope, sharpness=sharp,
-                 out_change=out_change, layer_change=layer_change,
+                 out_change=out_change, layer_change=layer_change, median_layer_change=median_change,
                  logit_growth=(_max_logit(after) - _max_logit(before)) / step,
                  corr_growth=(last_corr(after) - last_corr(before)) / step,
                  line=tuple(line), records=tuple(before), passes=passes)

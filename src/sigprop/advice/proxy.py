@@ -17,7 +17,7 @@ measures. So:
    to `MAX_RUNS` runs (`sigprop.train.lr_grid.next_lr`); the runs go through `sigprop.train.sweep` (resumable).
 3. **Transfer**: r = η_T / η_P, the ratio of the target's and the proxy's *output-change* lr scale (the peak lr at
    which the first Adam step changes the model's output by its own size, `sigprop.advice.rule.limits`: the quantity
-   μP keeps O(1) as width grows, so r = 1 between two μP models that differ in width alone). The target's recommended
+   μP keeps O(1) as width grows, so r → 1 between two μP models that differ in width alone). The target's recommended
    lr is r × the proxy's optimum (the vertex of a parabola in log lr through the lowest grid point and its
    neighbours, the grid point itself at an edge); its largest stable lr is r × the largest proxy lr that trains; its
    outcome at lr η is the proxy's achieved outcome at the grid lr nearest η / r in log lr. The grid goes on upward

@@ -1,10 +1,11 @@
 r"""From init measurements (`probe`) to the largest stable lr, a recommended lr and a predicted outcome per lr.
 
-Six measured lr scales, each the peak lr at which one quantity of AdamW's first step reaches its scale:
+Seven measured lr scales, each the peak lr at which one quantity of AdamW's first step reaches its scale:
 
 * ``edge of stability``: η λ_max(P⁻¹H) = 2(1 + β₁)/(1 − β₁) (Adam's stability edge, 38 at β₁ = 0.9);
 * ``output change``: the first step changes the output by a fraction 1 (η · out_change = 1);
 * ``layer change``: the first step changes some weight layer's output by a fraction 1 (η · layer_change = 1);
+* ``median layer change``: the same for the median weight layer (η · median_layer_change = 1);
 * ``attention logits``: the first step adds one nat to the largest attention logit (η · logit_growth = 1);
 * ``one-step loss``: the smallest lr whose single step raises the held-out loss above its init value;
 * ``one-step optimum``: the lr whose single step lowers the held-out loss most (a parabola in log lr through
@@ -38,8 +39,8 @@ from ..train.levels import TRAIN_MARGIN as STALL_MARGIN  # within it of the unig
 from .probe import Probe, last_corr
 
 OUTCOMES = ("diverges", "stalls", "trains")
-LIMITS = ("edge of stability", "output change", "layer change", "attention logits", "one-step loss",
-          "one-step optimum")
+LIMITS = ("edge of stability", "output change", "layer change", "median layer change", "attention logits",
+          "one-step loss", "one-step optimum")
 WINDOW = "window"                     # the recommendation's basis √(η_min η_max)
 
 
@@ -118,7 +119,7 @@ def limits(p: Probe, beta1: float) -> dict[str, float]:
     edge = 2 * (1 + beta1) / (1 - beta1)
     inv = lambda x: 1.0 / x if x > 0 else math.inf
     return {"edge of stability": edge * inv(p.sharpness), "output change": inv(p.out_change),
-            "layer change": inv(p.layer_change),
+            "layer change": inv(p.layer_change), "median layer change": inv(p.median_layer_change),
             "attention logits": inv(p.logit_growth), "one-step loss": one_step_limit(p),
             "one-step optimum": one_step_optimum(p)}
 

@@ -21,7 +21,8 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
-(``advise-proxy-layer``: by the layer-change scale, the same proxy runs). The three advise choosers also predict an
+(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the same proxy
+runs). The three advise choosers also predict an
 outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 """
 from __future__ import annotations
@@ -215,13 +216,14 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
     """The choosers of the module docstring by name."""
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
-             "advise-proxy": None, "advise-proxy-layer": None}
+             "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
     made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache),
             "prodigy": lambda: prodigy(cache), "advise-proxy": lambda: proxy_chooser(cache, "output change"),
-            "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change")}
+            "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change"),
+            "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change")}
     return {n: every[n] or made[n]() for n in names}
 
 
