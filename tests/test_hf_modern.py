@@ -233,7 +233,8 @@ def branch_variances(family: str, scheme: str, layers: int, seq: int, seeds: tup
 
 
 @pytest.mark.parametrize("family, scheme, layers", [
-    pytest.param("qwen3", "dslm", 12, marks=pytest.mark.slow), ("olmo2", "depth_mup", 8),
+    pytest.param("qwen3", "dslm", 12, marks=pytest.mark.slow),
+    pytest.param("qwen3", "dslm", 48, marks=pytest.mark.slow), ("olmo2", "depth_mup", 8),
     ("gemma3_text", "depth_mup", 8)])
 def test_branches_have_unit_variance(family, scheme, layers):
     """Width 64, 16 causal Zipf tokens, 2 networks: every branch's variance has median in [0.9, 1.1], each in

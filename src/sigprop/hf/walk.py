@@ -247,7 +247,7 @@ def collision(ids: torch.Tensor) -> float:
 
 
 def predict(model: nn.Module, batch: Any, mode: str = "eval") -> list[Record]:
-    """Predicted records of a `transformers` model (GPT-2, LLaMA or BERT family) on ``batch``, in the schema,
+    """Predicted records of a `transformers` model (a family in `SUPPORTED`) on ``batch``, in the schema,
     labels and order of `sigprop.hf.diagnose` (layer 0 = the stream entering the first block, then one record per
     sublayer), read off its modules in ``mode`` (module docstring); the batch enters through its length, its
     token-collision probability and (BERT) its token types.
