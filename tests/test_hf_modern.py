@@ -198,7 +198,8 @@ def test_predict_refuses_by_name_what_it_cannot_map():
         hf.predict(modern("gemma3_text", 1), ids)
     for kw, needle in ((dict(attn_logit_softcapping=50.0), "attention logit soft-capping"),
                        (dict(final_logit_softcapping=30.0), "final logit soft-capping"),
-                       (dict(sliding_window=8), "sliding-window attention")):
+                       (dict(sliding_window=8), "sliding-window attention"),
+                       (dict(use_bidirectional_attention=True), "bidirectional attention")):
         model = modern("gemma3_text", 1, **kw)
         hf.apply(model, "depth_mup")
         with pytest.raises(NotImplementedError, match=needle):

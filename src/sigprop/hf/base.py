@@ -4,7 +4,7 @@ A `Family` names, on the family's backbone (``model.base_model``): its blocks, t
 sites of each block, every backbone weight with its sigprop role (`sigprop.nn.roles`), the norm
 and activation slots that scheme ``shaped`` replaces, and the `ModelConfig` fields that mirror
 the HF config. `sigprop.hf.apply` does the rest generically. For `sigprop.hf.predict` it maps each
-module type to its moment map (`input_maps`, `branch_maps`, `site_norm`, `final_norm`, `head_maps`) and
+module type to its moment map (`input_maps`, `branch_maps`, `site_norm`, `out_norm`, `final_norm`, `head_maps`) and
 states the std HF's own init draws each weight with (`hf_init_std`); `sigprop.hf.walk` composes them.
 """
 from __future__ import annotations
@@ -170,7 +170,8 @@ class Family(ABC):
 
     @abstractmethod
     def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
-        """The norm of residual site ``kind``: before the branch (Pre-LN) or after the add (Post-LN)."""
+        """The norm of residual site ``kind``: before the branch (Pre-LN, and N₁ of a sandwich) or after the add
+        (Post-LN); nn.Identity where there is none (placement "out")."""
 
     def out_norm(self, block: nn.Module, kind: str) -> nn.Module:
         """The norm on the branch output of residual site ``kind`` (placements "out" and "sandwich": x + N(f(·)));

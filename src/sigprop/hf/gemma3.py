@@ -13,7 +13,8 @@ own rotary frequencies (``rope_parameters`` per type: local and global bases), r
 
 Sliding-window layers attend to the last ``sliding_window`` keys: within the window (sequence length ≤ window)
 the mask is the causal one and no moment changes; a longer sequence is refused by name. Logit soft-capping
-(``attn_logit_softcapping``, ``final_logit_softcapping``: tanh on the logits) has no map and is refused by name.
+(``attn_logit_softcapping``, ``final_logit_softcapping``: tanh on the logits) has no map and is refused by name,
+as is ``use_bidirectional_attention`` (the walk traces a causal LM's backward per position).
 
 Schemes: ``depth_mup`` and ``completep`` (their rules hold under "sandwich"); ``dslm`` is refused (its V/O rule sets
 a branch variance that the output norm fixes to 1) and ``shaped`` too (removing the norms leaves the gated MLP
@@ -55,6 +56,9 @@ class Gemma3(Llama):
         cap = block.self_attn.attn_logit_softcapping
         if kind == "attn" and cap is not None:
             raise NotImplementedError(f"attention logit soft-capping (attn_logit_softcapping={cap}) has no moment map")
+        if kind == "attn" and getattr(block.self_attn.config, "use_bidirectional_attention", False):
+            raise NotImplementedError("bidirectional attention (use_bidirectional_attention=True) in a causal LM: the "
+                                      "walk traces a causal stack's backward per position, so it has no map here")
         return super().branch_maps(walk, block, kind, L)
 
     def head_maps(self, walk: Walk, model: nn.Module) -> list[Component | None]:
