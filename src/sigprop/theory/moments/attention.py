@@ -43,7 +43,6 @@ import numpy as np
 
 from . import qk_norm as qkn
 from .linear import Linear
-from .softmax import QUADRATURE_BETA_MAX
 from .state import Moments, check_nonneg, check_positive, check_prob, check_size, norm_dispersion, ratio, replace
 from .tables import (
     PAIR_KEYS,
@@ -88,7 +87,8 @@ def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, c
 
     β² w with w on a 6-node (rows) / 4-node (pairs) Gamma rule, ρ̂ on a 3-node tanh-normal rule. The
     functionals come from `tables.functional_table` (Chebyshev, relative error ≲ 1e-3) unless ``exact``
-    or a node lies beyond the table's β_max; then from the exact quadrature in `softmax`. With ``dof`` (qk-norm)
+    or a node lies beyond the table's β_max; then from the exact quadrature in `softmax` (beyond β = 4, near
+    hard-max, the log-domain one of `hardmax`, at any β). With ``dof`` (qk-norm)
     the rows are the exact ones of sphere-coordinate logits in ``dof`` dimensions, the pairs the Gaussian ones at
     the scale with their mean square weight (`qk_norm.softmax_scale`).
     """
@@ -96,10 +96,6 @@ def _functionals(beta2: float, kappa: float, rho: float, k_rho: float, L: int, c
     w4, t4 = gamma_nodes(kappa, 4)
     r3, q3 = _rho_nodes(rho, k_rho)
     pw, pr, pt = np.repeat(w4, len(r3)), np.concatenate([r3] * len(w4)), (t4[:, None] * q3).ravel()
-    if beta2 > QUADRATURE_BETA_MAX ** 2:
-        raise NotImplementedError(f"attention with logit scale β = {math.sqrt(beta2):.3g} > {QUADRATURE_BETA_MAX}: the "
-                                  "softmax is near hard-max there and its functionals (argmax order statistics) are "
-                                  "not derived; the quadrature resolves β <= 4")
     if dof:
         per_row = [exact_rows(beta2 * w, L, causal, dof) for w in w6]
         per_pair = [exact_pairs(qkn.softmax_scale(beta2 * w, dof), r, L, causal) for w, r in zip(pw, pr)]

@@ -30,10 +30,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from .hardmax import LogPairSums, LogRowSums, pair_limits
 from .state import Moments, check_size, replace
 
-QUADRATURE_BETA_MAX = 4.0     # largest mean logit scale accepted: pair functionals 1e-5 at β = 3, 1e-2 at β = 4;
-                              # fluctuation nodes beyond it (small weight) degrade gracefully (rows 4e-3 at β = 8)
+QUADRATURE_BETA_MAX = 4.0     # largest logit scale of the Gauss–Hermite quadrature here (pair functionals 1e-5 at
+                              # β = 3, 1e-2 at β = 4); beyond it the log-domain quadrature of `hardmax`
+PAIR_BETA_CAP = 16.0          # pairs beyond β = 4: `hardmax.LogPairSums` up to here, then extrapolated to β = ∞
 Index1 = tuple[int, int]               # (a, q): S^a z^q
 Index2 = tuple[int, int, int, int]     # (a, b, qz, qw): S^a S'^b z^qz w^qw
 
@@ -176,7 +178,13 @@ def row_functionals(beta2: float, n: np.ndarray, dof: int = 0) -> dict[str, np.n
     trace E tr Q², Q = diag S − SSᵀ), Z1 = E(ΣSz)², Z2 = EΣS²z², Bz = E|Qz|², Bzz = EΣ_l (Q²)_ll z_l²; Gaussian
     logits, or sphere coordinates in ``dof`` dimensions (`RowSums`).
     (E[z̄ ΣSz] = 1/n exactly for Gaussian logits, by Stein's lemma and Σ_k ∂S_j/∂z_k = 0.)"""
-    s = RowSums(beta2, n, dof=dof)
+    if beta2 <= QUADRATURE_BETA_MAX ** 2:
+        s: RowSums | LogRowSums = RowSums(beta2, n, dof=dof)
+    elif dof:
+        raise NotImplementedError(f"qk_norm softmax rows at logit scale β = {math.sqrt(beta2):.3g} > "
+                                  f"{QUADRATURE_BETA_MAX}: the sphere-coordinate logits have no large-β quadrature")
+    else:
+        s = LogRowSums(beta2, n)
     f2, z2 = s((2, 0)), s((2, 2))
     out = {"F2": f2, "F3": s((3, 0)), "F22": s((4, 0)) + s((2, 0), (2, 0)), "Z2": z2,
            "Z1": z2 + s((1, 1), (1, 1))}
@@ -187,14 +195,52 @@ def row_functionals(beta2: float, n: np.ndarray, dof: int = 0) -> dict[str, np.n
     return out
 
 
-def pair_functionals(beta2: float, rho: float | np.ndarray, pairs: np.ndarray) -> dict[str, float | np.ndarray]:
-    """Pair averages: K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q');
-    floats for one ``rho``, arrays for an array of them."""
-    s = PairSums(beta2, rho, pairs)
+def _pair_terms(s: PairSums | LogPairSums) -> dict[str, np.ndarray | float]:
+    """K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q') from the monomial sums ``s``."""
     k1 = s((1, 1, 0, 0))
     k2 = s((1, 1, 2, 0)) + s((1, 1, 0, 2)) + s((1, 0, 1, 0), (0, 1, 1, 0)) + s((1, 0, 0, 1), (0, 1, 0, 1))
     ck = k1 - s((2, 1, 0, 0)) - s((1, 2, 0, 0)) + s((2, 2, 0, 0)) + s((1, 1, 0, 0), (1, 1, 0, 0))
-    out = {"K1": k1, "K2": k2, "CK": ck}
+    return {"K1": k1, "K2": k2, "CK": ck}
+
+
+@lru_cache(maxsize=256)
+def _log_pairs(beta2: float, rho: float, pairs: bytes) -> dict[str, float]:
+    return _pair_terms(LogPairSums(beta2, rho, np.frombuffer(pairs).reshape(-1, 2)))
+
+
+@lru_cache(maxsize=256)
+def _limits(rho: float, pairs: bytes) -> dict[str, float]:
+    return pair_limits(rho, np.frombuffer(pairs).reshape(-1, 2))
+
+
+def large_beta_pairs(beta2: float, rho: float, pairs: np.ndarray) -> dict[str, float]:
+    """K1, K2, CK for β > QUADRATURE_BETA_MAX (one ρ): exact (`hardmax.LogPairSums`) up to β_c = PAIR_BETA_CAP;
+    beyond, the near-tie expansion F(β) = F_∞ + c₂/β² + c₃/β³ about the hard-max limit F_∞ (`hardmax.pair_limits`),
+    c₂ and c₃ from the exact values at β_c/2 and β_c. It starts at 1/β² for the pair functionals: a near tie of one
+    query alone (probability ∝ 1/β) moves its weight between two keys that the other query, by the symmetry of the
+    tied keys, reads alike, so the 1/β terms cancel; they remain for the rows (ΣS² = 1 − O(1/β)), which
+    `hardmax.LogRowSums` computes exactly at every β."""
+    key = np.ascontiguousarray(pairs, dtype=float).tobytes()
+    if beta2 <= PAIR_BETA_CAP ** 2:
+        return _log_pairs(beta2, rho, key)
+    b1, b2 = PAIR_BETA_CAP / 2, PAIR_BETA_CAP
+    far, one, two = _limits(rho, key), _log_pairs(b1 * b1, rho, key), _log_pairs(b2 * b2, rho, key)
+    x, x1, x2 = 1 / math.sqrt(beta2), 1 / b1, 1 / b2
+    out = {}
+    for k, f_inf in far.items():                   # solve c₂x_i² + c₃x_i³ = F(β_i) − F_∞, i = 1, 2
+        c2, c3 = np.linalg.solve([[x1 ** 2, x1 ** 3], [x2 ** 2, x2 ** 3]], [one[k] - f_inf, two[k] - f_inf])
+        out[k] = f_inf + c2 * x * x + c3 * x ** 3
+    return out
+
+
+def pair_functionals(beta2: float, rho: float | np.ndarray, pairs: np.ndarray) -> dict[str, float | np.ndarray]:
+    """Pair averages: K1 = EΣS_jS'_j, K2 = E⟨ΣS_jξ_j, ΣS'_jξ_j⟩ (ξ_j = (z_j, w_j)), CK = E tr(Q Q');
+    floats for one ``rho``, arrays for an array of them. Beyond β = QUADRATURE_BETA_MAX: `large_beta_pairs`."""
+    if beta2 <= QUADRATURE_BETA_MAX ** 2:
+        out = _pair_terms(PairSums(beta2, rho, pairs))
+    else:
+        per = [large_beta_pairs(beta2, float(r), pairs) for r in np.atleast_1d(rho)]
+        out = {k: np.array([f[k] for f in per]) for k in ("K1", "K2", "CK")}
     return out if np.ndim(rho) else {k: float(v[0]) for k, v in out.items()}
 
 
