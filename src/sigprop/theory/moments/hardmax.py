@@ -21,9 +21,15 @@ convolved with a Gaussian of width β: its spectrum falls like e^{−β²ω²/2}
 kernel of width 1/β in z) loses accuracy, β ≳ 4, this one does not; below β ≈ 1/2 the Gaussian becomes narrower
 than the y step and `softmax`'s own quadrature is the right one.
 
-Pairs (`pair_limits`): two queries with logits βz, βz' (z' = ρz + √(1−ρ²)w) at β = ∞ on n1 shared keys, the
-second query with n2 − n1 keys of its own. Each softmax is the indicator of its argmax (j* over the shared keys
-for z, j'* over all n2 keys for z'), so S_jS'_j = 1[j = j* = j'*], the Jacobians Q = diag S − SSᵀ vanish and
+Pairs (`LogPairSums`): two queries with logits βz, βz' (z' = ρz + σw, σ = √(1−ρ²)) on shared keys need a key
+factor of two Laplace variables, φ(τ, τ') = E[z^qz w^qw k_a(βz + τ) k_b(βz' + τ')], k_a(y) = e^{ay − e^y}: a sum
+over a z grid of step 0.4/β against the one-variable inner integral J(c) = E_w[w^qw k_b(c + βσw)], c = τ' + βρz
+(class docstring). Its z grid grows with β, so `softmax.large_beta_pairs` uses it up to a cap and extrapolates
+beyond to the hard-max limit:
+
+Pairs at β = ∞ (`pair_limits`): n1 shared keys, the second query with n2 − n1 keys of its own. Each softmax is
+the indicator of its argmax (j* over the shared keys for z, j'* over all n2 keys for z'), so S_jS'_j =
+1[j = j* = j'*], the Jacobians Q = diag S − SSᵀ vanish and
 
     K1 = P(j* = j'*) = n1 ∫∫ φ₂(a, b) Φ₂(a, b)^{n1−1} Φ(b)^{n2−n1} da db,
     K2 = E[1(j'* shared) ⟨ξ_j*, ξ_j'*⟩],  ξ = (z, w),   CK = E tr(Q Q') = 0,
@@ -33,8 +39,9 @@ integrand) and two shared keys, A the largest z (z_A = a, z'_A < b) and B the la
 
     n1(n1−1) ∫∫ Φ₂(a, b)^{n1−2} Φ(b)^{n2−n1} ⟨E[ξ_A; z_A = a, z'_A < b], E[ξ_B; z'_B = b, z_B < a]⟩ da db,
 
-whose inner factors are truncated-Gaussian first moments in closed form. The (a, b) integrals are a tensor
-Gauss–Legendre rule on [−9, 9]², with Φ₂(a, b) = ∫_{−∞}^a φ(x) Φ((b − ρx)/σ) dx by a cumulative rule along a.
+whose inner factors are truncated-Gaussian first moments in closed form: with c = (b − ρa)/σ, e = (a − ρb)/σ,
+E[ξ_A; …] = φ(a)(aΦ(c), −φ(c)) and E[ξ_B; …] = φ(b)(ρbΦ(e) − σφ(e), bσΦ(e) + ρφ(e)). The integrals run over
+(a, w), b = ρa + σw, on a tensor Gauss–Legendre rule on [−8.5, 8.5]², with Φ₂ from Owen's T function.
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
+from scipy.special import ndtr
 
 Y_STEP = 0.25                 # trapezoid step in y = βz + log t (error ~ e^{−π²/h})
 Y_RANGE = (-40.0, 4.0)        # support of the kernels e^{ay − e^y}, a >= 1, to 1e-17
@@ -143,20 +150,22 @@ def pair_limits(rho: float, pairs: np.ndarray, nodes: int = 96) -> dict[str, flo
     sig = math.sqrt(1 - rho * rho)
     b = rho * a + sig * w
     log_both = np.log(np.maximum(_bivariate_cdf(np.broadcast_to(a, b.shape), b, rho), 1e-300))
-    log_own = log_ndtr(b)
+    own_cdf = ndtr(b)
     c, e = w, a * sig - rho * w                       # (b − ρa)/σ and (a − ρb)/σ
     phi_c, phi_e = np.exp(-0.5 * c * c) / math.sqrt(2 * math.pi), np.exp(-0.5 * e * e) / math.sqrt(2 * math.pi)
     phi_b = np.exp(-0.5 * b * b) / math.sqrt(2 * math.pi)
     inner = (a * ndtr(c) * (rho * b * ndtr(e) - sig * phi_e) - phi_c * (b * sig * ndtr(e) + rho * phi_e))
     two = sig * np.exp(-0.5 * a * a) / math.sqrt(2 * math.pi) * phi_b * inner * (wx[:, None] * wx[None, :])
     k1 = k2 = 0.0
-    for m1, g in zip(n1, gap):
-        one = np.exp((m1 - 1) * log_both + g * log_own)
+    for m1 in np.unique(n1):                          # the pairs with this n1: Σ over their gaps of Φ(b)^gap
+        per_gap = np.bincount(gap[n1 == m1].astype(int))
+        own = np.polynomial.polynomial.polyval(own_cdf, per_gap)
+        one = np.exp((m1 - 1) * log_both) * own
         k1 += m1 * float((dens * one).sum())
         k2 += m1 * float((dens * one * (a * a + w * w)).sum())
         if m1 >= 2:
-            k2 += m1 * (m1 - 1) * float((two * np.exp((m1 - 2) * log_both + g * log_own)).sum())
-    return {"K1": k1 / len(pairs), "K2": k2 / len(pairs), "CK": 0.0}
+            k2 += m1 * (m1 - 1) * float((two * np.exp((m1 - 2) * log_both) * own).sum())
+    return {"K1": float(k1) / len(pairs), "K2": float(k2) / len(pairs), "CK": 0.0}
 
 
 Index2 = tuple[int, int, int, int]     # (a, b, qz, qw): S^a S'^b z^qz w^qw
