@@ -98,7 +98,7 @@ def test_pair_functionals_against_direct_sampling_grid(beta: float) -> None:
 
 def test_hard_max_limits_against_direct_sampling() -> None:
     """β = ∞: the argmax-coincidence integrals of `hardmax.pair_limits` against rows sampled at β = 10⁶."""
-    for rho in (0.5, 0.95, -0.3):
+    for rho in (0.5, 0.95, -0.3, 1.0):
         miss = _misses(hardmax.pair_limits(rho, np.array([[5, 12]])), _sampled_pairs(1e6, rho, 5, 12, seed=3))
         assert not miss, (rho, miss)
 

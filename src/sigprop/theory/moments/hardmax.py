@@ -145,7 +145,7 @@ def pair_limits(rho: float, pairs: np.ndarray, nodes: int = 96) -> dict[str, flo
         lm = np.log(np.maximum(ndtr(x), 1e-300))
         f = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * wx
         k1 = n1 * (np.exp((n1[:, None] + gap[:, None] - 1) * lm[None, :]) @ f)
-        k2 = n1 * (np.exp((n1[:, None] + gap[:, None] - 1) * lm[None, :]) @ (f * x * x))
+        k2 = n1 * (np.exp((n1[:, None] + gap[:, None] - 1) * lm[None, :]) @ (f * x * x)) + k1     # E w² = 1
         return {"K1": float(k1.mean()), "K2": float(k2.mean()), "CK": 0.0}
     sig = math.sqrt(1 - rho * rho)
     b = rho * a + sig * w
