@@ -129,10 +129,10 @@ def test_apply_sets_gemma_gains_and_embedding_scale():
 # --- predict / diagnose: the overlay walked from the modules -----------------------------------------------
 
 def relative_errors(family: str, scheme: str | None, seeds: int, layers: int, seq: int = 16
-                    ) -> tuple[list[float], list[float]]:
-    """|measured / predicted − 1| of the forward variance (sublayers) and of the gradient variance (every record but
-    the embedding's, see `test_walked_prediction_matches_the_measurement`): `diagnose` averaged over ``seeds``
-    networks of width 64 on one batch of 8 × ``seq`` uniform ids, against `hf.predict`."""
+                    ) -> tuple[list[float], list[float], float]:
+    """|measured / predicted − 1| of the forward variance (sublayers), of the gradient variance (sublayers) and of
+    the embedding's gradient variance: `diagnose` averaged over ``seeds`` networks of width 64 on one batch of
+    8 × ``seq`` uniform ids, against `hf.predict`."""
     ids = torch.randint(1, V, (8, seq), generator=torch.Generator().manual_seed(100))
     runs = []
     for seed in range(seeds):
@@ -146,7 +146,7 @@ def relative_errors(family: str, scheme: str | None, seeds: int, layers: int, se
     mean = lambda field, i: statistics.mean(getattr(run[i], field) for run in runs)
     fwd = [abs(mean("fwd_var", i) / p.fwd_var - 1) for i, p in enumerate(predicted) if p.layer > 0]
     grad = [abs(mean("grad_var", i) / p.grad_var - 1) for i, p in enumerate(predicted) if p.layer > 0]
-    return fwd, grad
+    return fwd, grad, abs(mean("grad_var", 0) / predicted[0].grad_var - 1)
 
 
 @pytest.mark.slow
@@ -155,14 +155,14 @@ def relative_errors(family: str, scheme: str | None, seeds: int, layers: int, se
                                             ("gemma3_text", "depth_mup"), ("gemma3_text", "completep")])
 def test_walked_prediction_matches_the_measurement(family, scheme):
     """3 blocks, 12 networks, 16 causal ids (per-point Monte-Carlo s.e. ~1–3 %): median relative error of the
-    sublayers' forward and gradient variances ≤ 10 %, each ≤ 15 %. The gradient at the embedding is left out: under
-    an output norm (OLMo 2, Gemma) with a small embedding (HF's and the schemes' table stds give the stream a
-    variance ≪ 1 there) the first branch's gradient dominates it, and that gradient divides by each position's own
-    branch-output length, which varies along a causal sequence (the first query sees one key): E[1/|f_i|²] exceeds
-    the exchangeable chain's 1/E|f|², so the measured value lies 25–40 % above the map (docs/hf.md)."""
-    fwd, grad = relative_errors(family, scheme, seeds=12, layers=3)
+    sublayers' forward and gradient variances ≤ 10 %, each ≤ 15 %. The gradient at the embedding is held to 25 %
+    only: under an output norm (OLMo 2, Gemma) the first branch's backward divides each position by its own output
+    length, and what the per-position trace (`RopeAttention.position_vars`, `position_bwd`) leaves out, the spread of
+    that length within a position, puts the measurement 9–19 % above the map (docs/hf.md)."""
+    fwd, grad, first = relative_errors(family, scheme, seeds=12, layers=3)
     assert statistics.median(fwd) <= 0.10 and max(fwd) <= 0.15, fwd
     assert statistics.median(grad) <= 0.10 and max(grad) <= 0.15, grad
+    assert first <= 0.25, first
 
 
 def test_diagnose_overlays_the_walked_prediction(monkeypatch, tmp_path):

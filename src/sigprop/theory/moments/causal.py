@@ -128,6 +128,7 @@ from .norm import LayerNorm, RMSNorm
 from .pointwise import GeLU, PiecewiseLinear, ReLU, ShapedReLU, Smooth
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
+from .rope import RopeAttention
 from .state import Component, Moments, ratio, replace
 from .tables import key_counts
 
@@ -233,8 +234,9 @@ def position_fwd(c: Component, m_in: Moments, v: np.ndarray, m_out: Moments | No
 
     A residual adds per position, α²v_i + β²f_i (the branch output is uncorrelated with its input at init);
     causal attention gives row i the variance of its n_i keys (`row_vars`, from the exchangeable input: exact
-    behind a norm, which makes every position's input alike); a norm, and so a Post-LN sublayer, leaves all
-    positions alike; any other tokenwise map acts on each position's variance."""
+    behind a norm, which makes every position's input alike; with RoPE, `RopeAttention.position_vars` from its
+    samples); a norm, and so a Post-LN sublayer, leaves all positions alike; any other tokenwise map acts on each
+    position's variance."""
     if isinstance(c, Serial):
         return _serial_inputs(c.components, c.trace(m_in), v)[-1]
     if isinstance(c, Residual):
@@ -242,6 +244,8 @@ def position_fwd(c: Component, m_in: Moments, v: np.ndarray, m_out: Moments | No
     out_var = (c.fwd(m_in) if m_out is None else m_out).var
     if isinstance(c, Attention) and c.causal:
         return row_vars(c, m_in, out_var)
+    if isinstance(c, RopeAttention) and c.attention.causal:
+        return c.position_vars(m_in)
     if isinstance(c, (PostNormResidual, Attention, LayerNorm, RMSNorm)) or _alike(v):
         return np.full(len(v), out_var)
     if isinstance(c, _AFFINE) and m_in.var > 0:
@@ -659,6 +663,9 @@ def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.
         if isinstance(comp, Attention):
             G = _attention(comp, m, G if _unit(on, off) else _gains(G, on, off), spread=spread)[0]
             on = off = 1.0
+        elif isinstance(comp, RopeAttention) and comp.attention.causal:
+            G = comp.position_bwd(m, G if _unit(on, off) else _gains(G, on, off))
+            on = off = 1.0
         elif isinstance(comp, (Serial, Residual, PostNormResidual)):
             G = position_bwd(comp, m, G if _unit(on, off) else _gains(G, on, off), p)
             on = off = 1.0
@@ -697,6 +704,8 @@ def position_bwd(c: Component, m_in: Moments, G: np.ndarray, v: np.ndarray | Non
         return _postnorm_bwd(c, m_in, G, inner, spreads)[0]
     if isinstance(c, Attention):
         return _attention(c, m_in, G, spread=spreads[0] if spreads else None)[0]
+    if isinstance(c, RopeAttention) and c.attention.causal:
+        return c.position_bwd(m_in, G)
     return _gains(G, *_position_gains(c, m_in, v))
 
 

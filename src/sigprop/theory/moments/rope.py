@@ -58,6 +58,13 @@ coordinates, ``qk_span``) divides each head by a length shared with the other he
 first d_k of D sampled coordinates, and the input gradient runs through all D of them (autograd through the norm).
 The heads stay uncorrelated (each writes through its own W_v, W_O and gradient slice, independent and of mean zero),
 so counting the sampled head ``n_heads`` times stays exact.
+
+**Per position** (`RopeAttention.position_vars`, `RopeAttention.position_bwd`), for the backward of a causal stack
+traced per position (`sigprop.theory.moments.causal`): the same samples give each position's output variance (row i
+of a causal mask reads i + 1 keys, so the mixing step's output shrinks along the sequence, which a norm after the
+branch divides by position by position); and for an output gradient with covariance G over positions (independent
+over features) the input gradient's covariance over positions is sampled as in the backward above, the output
+gradient drawn as G^{1/2} z: exact under the same independence, at the cost of one more backward pass of samples.
 """
 from __future__ import annotations
 
@@ -89,6 +96,7 @@ class Sampled(NamedTuple):
     cov: float
     var_se: float
     cov_se: float
+    rows: tuple[float, ...] = ()        # per position i: the variance of row i (var is their mean)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,20 @@ class RopeAttention:
         s = self.sampled(m)
         return self.attention.out_proj.fwd(replace(m, mean=0.0, var=s.var, corr=ratio(s.cov, s.var)))
 
+    def position_bwd(self, m_in: Moments, G: np.ndarray) -> np.ndarray:
+        """The gradient covariance over positions (L, L) at the input, given ``G`` (L, L) at the output (per feature;
+        `sigprop.theory.moments.causal`): the output projection scales it by d σ_o², then the mixing step's input
+        gradient is sampled as in `bwd`, its output gradient drawn with covariance G over positions (independent
+        over features) instead of an exchangeable one."""
+        G = np.asarray(G, dtype=np.float64) * (self.attention.out_proj.d_in * self.attention.out_proj.weight_var)
+        return np.asarray(_position_sampled(self, (m_in.mean, m_in.var, m_in.corr), G.round(15).tobytes()))
+
+    def position_vars(self, m: Moments) -> np.ndarray:
+        """(L,) the output variance at each position (row i of a causal mask reads i + 1 keys, so the mixing step's
+        output shrinks along the sequence), from the same samples as `fwd`, whose variance is their mean."""
+        s = self.sampled(m)
+        return self.fwd(m).var * np.asarray(s.rows) / s.var
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         s = self.sampled(m_in)
         mixed = replace(m_in, mean=0.0, var=s.var, corr=ratio(s.cov, s.var))
@@ -201,13 +223,37 @@ def _mixing(rope: RopeAttention, x: torch.Tensor, generator: torch.Generator) ->
     return a
 
 
-def _moments(per: torch.Tensor, L: int, scale: float) -> tuple[float, float, float, float]:
-    """(var, cov, their s.e.) from per-sample Gram matrices ``per`` (n, L, L) of rows summed over features."""
-    diag = per.diagonal(dim1=-2, dim2=-1).mean(-1)
-    off = (per.sum((-2, -1)) - per.diagonal(dim1=-2, dim2=-1).sum(-1)) / (L * (L - 1))
+def _moments(per: torch.Tensor, L: int, scale: float) -> Sampled:
+    """(var, cov, their s.e., each position's var) from per-sample Gram matrices ``per`` (n, L, L) of rows summed
+    over features."""
+    rows = per.diagonal(dim1=-2, dim2=-1)                                       # (n, L)
+    diag = rows.mean(-1)
+    off = (per.sum((-2, -1)) - rows.sum(-1)) / (L * (L - 1))
     n = per.shape[0]
-    return (scale * diag.mean().item(), scale * off.mean().item(), scale * diag.std().item() / math.sqrt(n),
-            scale * off.std().item() / math.sqrt(n))
+    return Sampled(scale * diag.mean().item(), scale * off.mean().item(), scale * diag.std().item() / math.sqrt(n),
+                   scale * off.std().item() / math.sqrt(n), tuple((scale * rows.mean(0)).tolist()))
+
+
+@lru_cache(maxsize=512)
+def _position_sampled(rope: RopeAttention, m: tuple[float, float, float], key: bytes) -> tuple[tuple[float, ...], ...]:
+    """`RopeAttention.position_bwd` for input (mean, var, corr) ``m`` and the mixing step's output-gradient
+    covariance over positions (its float64 bytes ``key``): E[∂/∂X (∂/∂X)ᵀ]·H/d over sampled heads."""
+    att, L, d = rope.attention, int(rope.attention.L), rope.d
+    G = np.frombuffer(key, dtype=np.float64).reshape(L, L)
+    w, v = np.linalg.eigh((G + G.T) / 2)
+    root = torch.as_tensor(v * np.sqrt(np.clip(w, 0.0, None)), dtype=torch.float32)   # root rootᵀ = G
+    mean, var, corr = m
+    generator = torch.Generator().manual_seed(rope.seed)
+    total = torch.zeros(L, L, dtype=torch.float64)
+    for start in range(0, rope.samples, CHUNK):
+        n = min(CHUNK, rope.samples - start)
+        x = _exchangeable((n, L, d), mean, var, corr, "token correlation", generator).requires_grad_(True)
+        a = _mixing(rope, x, generator)
+        wv = torch.randn(n, d, att.d_k, generator=generator, dtype=torch.float32) * math.sqrt(att.v_var)
+        grad = root @ torch.randn(n, L, att.d_k, generator=generator, dtype=torch.float32)
+        (dx,) = torch.autograd.grad((a @ x @ wv * grad).sum(), x)
+        total += (dx @ dx.transpose(-1, -2)).detach().double().sum(0)
+    return tuple(map(tuple, (total / rope.samples * att.n_heads / d).tolist()))
 
 
 @lru_cache(maxsize=512)
@@ -233,5 +279,5 @@ def _sampled(rope: RopeAttention, m: tuple[float, float, float], g: tuple[float,
         grams.append((dx @ dx.transpose(-1, -2)).detach())
     per = torch.cat(grams).double()
     if g is None:
-        return Sampled(*_moments(per, L, att.v_var))
-    return Sampled(*_moments(per, L, att.n_heads / d))
+        return _moments(per, L, att.v_var)
+    return _moments(per, L, att.n_heads / d)
