@@ -49,7 +49,6 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr
 
 Y_STEP = 0.25                 # trapezoid step in y = βz + log t (error ~ e^{−π²/h})
 Y_RANGE = (-40.0, 4.0)        # support of the kernels e^{ay − e^y}, a >= 1, to 1e-17
@@ -82,6 +81,9 @@ class LogRowSums:
     for β >= 1/2 and without upper limit (n: array of key counts)."""
 
     def __init__(self, beta2: float, n: np.ndarray) -> None:
+        # scipy loads on first use here, not with the theory (the light commands import the theory)
+        from scipy.special import ndtr
+
         self.n = np.asarray(n, dtype=float)
         self.beta = beta = math.sqrt(beta2)
         self.tau, self.h = _tau_grid(beta)
@@ -122,7 +124,7 @@ def _legendre(n: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
 def _bivariate_cdf(h: np.ndarray, k: np.ndarray, rho: float) -> np.ndarray:
     """Φ₂(h, k; ρ) = P(z < h, z' < k) by Owen's T function (Owen 1956):
     ½(Φ(h) + Φ(k)) − T(h, (k − ρh)/(hσ)) − T(k, (h − ρk)/(kσ)) − ½·1[hk < 0]."""
-    from scipy.special import owens_t
+    from scipy.special import ndtr, owens_t
 
     sig = math.sqrt(1 - rho * rho)
     h = np.where(h == 0, 1e-300, h)
@@ -136,6 +138,8 @@ def pair_limits(rho: float, pairs: np.ndarray, nodes: int = 96) -> dict[str, flo
 
     Both integrals run over (a, w) with b = ρa + σw (σ = √(1 − ρ²)), so that the pair's density φ₂ da db =
     φ(a)φ(w) da dw and the two-key term's σφ(a)φ(b) da dw stay smooth as ρ → 1; ρ = 1 is the single query."""
+    from scipy.special import ndtr
+
     pairs = np.asarray(pairs, dtype=float).reshape(-1, 2)
     n1, gap = pairs[:, 0], pairs[:, 1] - pairs[:, 0]
     x, wx = _legendre(nodes, -Z_EDGE, Z_EDGE)
@@ -241,6 +245,8 @@ class LogPairSums:
     def _base(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The c lattice (step C_STEP·max(1, βσ): J varies on the scale max(1, βσ)) and the w-rule on it."""
         if self._lattice is None:
+            from scipy.special import ndtr
+
             s = self.beta * self.sig
             step = C_STEP * max(1.0, s)
             lattice = np.arange(self.c.min() - step, self.c.max() + 2 * step, step)
