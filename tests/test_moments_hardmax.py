@@ -149,3 +149,26 @@ def test_attention_at_a_large_logit_scale_is_predicted() -> None:
     assert math.isfinite(out.var) and 0 < out.corr < 1
     with pytest.raises(NotImplementedError, match="qk_norm"):
         row_functionals(100.0, np.array([8.0]), dof=8)
+
+
+@pytest.mark.slow
+def test_attention_layer_near_hard_max_against_monte_carlo() -> None:
+    """A real attention layer (tests/moments_mc.py: fresh weights per sample, float64) at mean logit scale β = 8
+    and 16, width 64, 4 heads, 16 tokens, bidirectional and causal, token correlation 0.5 and 0.9: forward
+    variance and covariance against the map, with the bar of tests/test_moments_mc.py (median error < 2 % with
+    Monte-Carlo noise < 1 %). The gradient (median 4 %, s.e. 1–5 % at this size) is left to docs/moments.md."""
+    from moment_errors import error_table
+    from moments_mc import Case, case_rows, reference_attention
+
+    rows = []
+    for i, (beta, causal, r, rg) in enumerate((b, *c) for b in (8.0, 16.0)
+                                              for c in ((False, 0.5, 0.0), (True, 0.5, 0.3), (False, 0.9, 0.3))):
+        d, h, n = 64, 4, 16
+        q = beta / (d * math.sqrt(1 - r))                    # β̄² = (1 − r) σ_q² σ_k² d² for unit tokens
+        kw = {"q_var": q, "k_var": q, "v_var": 1 / d, "o_var": 1 / d, "causal": causal}
+        case = Case(f"β{beta} causal {causal} r {r}", Attention(d, h, n, **kw), Moments(0.0, 1.0, r, 1.0, rg),
+                    reference_attention(d, h, **kw), (1200, n, d), backward=False)
+        rows += [row for row in case_rows("attention", case, seed=i) if row.quantity in ("var", "cov")]
+    for (_, qty), s in error_table(rows).items():
+        assert s["mc_se"] < 0.01, f"{qty}: Monte-Carlo noise {s['mc_se']:.2%} too large to test the bar"
+        assert s["p50"] < 0.02, f"{qty}: median error {s['p50']:.2%}"
