@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from ..advice import advise
 from ..console import UserError
+from ..console.files import write_atomic
 from ..train.config import RunConfig, from_mapping
 from ..train.sweep import worker_pool
 from ..train.sweep_report import log_ticks
@@ -181,9 +182,7 @@ def _open_parts(folder: Path, meta: dict[str, Any], resume: bool) -> dict[tuple[
 
 def _keep_part(folder: Path, key: tuple[str, Any], result: Any) -> None:
     path = folder / f"{key[0]}-{_slug(str(key[1]) or 'all')}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"key": list(key), "result": result}))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"key": list(key), "result": result}))
 
 
 def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..console.files import write_atomic
 from ..train.config import RunConfig, from_mapping
 from ..train.levels import trains, unigram_loss
 from ..train.sweep import finished_records, load_spec
@@ -131,7 +132,7 @@ def _cached(name: str, compute: Callable[[Config], dict[str, Any]], cache: Path
         path = cache / name / f"{hashlib.sha1((c.family + c.key).encode()).hexdigest()[:16]}.json"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"family": c.family, "key": c.key, **compute(c)}))
+            write_atomic(path, json.dumps({"family": c.family, "key": c.key, **compute(c)}))
         return json.loads(path.read_text())
     return run
 

@@ -50,6 +50,7 @@ import torch
 
 from ..console import UserError, read_toml, set_dotted, split_key
 from ..console import progress as progress_bar
+from ..console.files import write_atomic
 from ..console.stopping import stopped_by
 from ..console.workers import WorkerPool
 from .config import RunConfig, from_mapping
@@ -329,9 +330,7 @@ def measure_centres(spec: SweepSpec, resolved: Sequence[tuple[dict[str, Any], Ru
         if not (math.isfinite(lr) and lr > 0):
             raise UserError(f"sweep.around_advice: the advised lr of group {g!r} is {lr!r}, not a positive number")
         stored[g] = {"lr": lr, "detail": detail}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stored, indent=1))
-        tmp.replace(path)
+        write_atomic(path, json.dumps(stored, indent=1))
     return replace(spec, centres={g: c["lr"] for g, c in stored.items()})
 
 
