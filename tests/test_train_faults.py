@@ -332,3 +332,5 @@ def test_a_prodigy_run_resumes_bit_exactly(tmp_path):
     for (name, a), b in zip(ref.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
     assert type(resumed.optimizer).__name__ == "Prodigy"
+    mup = train(cfg_for(tmp_path / "mup", *sets, 'model.parametrization="mup"', "model.base_width=16"))
+    assert len({g["lr"] for g in mup.optimizer.param_groups}) == 1      # one step size: μP's lr rules dropped

@@ -56,8 +56,9 @@ def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = N
 
     ``optim.optimizer="prodigy"``: Prodigy (Mishchenko & Defazio 2024, the ``prodigyopt`` package) over the same
     groups, with the run's betas, ε and decoupled weight decay, bias correction and the safeguard its authors
-    advise under a warmup; each group's lr (the schedule times the role's multiplier) scales the one step size it
-    estimates for all groups, so a parametrization's per-role lr rules (μP) keep only their ratios.
+    advise under a warmup. Prodigy estimates one step size for every group and accepts no per-group lr, so the
+    roles' lr multipliers are dropped (a parametrization's per-role lr rules, μP's, cannot be expressed); the
+    weight-decay and ε rules stay.
 
     Args:
         model: the model; its parameters' role tags select each one's group.
@@ -74,6 +75,7 @@ def make_optimizer(model: nn.Module, cfg: OptimConfig, model_cfg: Any | None = N
             from prodigyopt import Prodigy
         except ImportError as e:
             raise ImportError("optim.optimizer='prodigy' needs the prodigyopt package: pip install prodigyopt") from e
+        groups = [{**g, "lr_mult": 1.0} for g in groups]
         return Prodigy(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decouple=True,
                        use_bias_correction=True, safeguard_warmup=True)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
