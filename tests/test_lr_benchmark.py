@@ -52,3 +52,22 @@ def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):
     train(load_config(CONFIGS / "vit_digits.toml", [f"train.out_dir={tmp_path}", "train.steps=1", "train.eval_every=1",
                                                     "train.progress=false", "model.n_layers=1"]))
     assert abs(unigram_loss(tmp_path) - math.log(10)) < 0.05
+
+
+def test_a_chooser_that_fails_on_a_config_gives_no_answer_there_and_is_retried(tmp_path, capsys):
+    from sigprop.experiments.lr_benchmark import NO_ANSWER, _cached
+
+    calls = []
+
+    def compute(c):
+        calls.append(c.key)
+        if len(calls) == 1:
+            raise RuntimeError("a broken run")
+        return {"lr": 1e-2}
+
+    run = _cached("x", compute, tmp_path)
+    c = cfg("a", (4.0, 3.0, 5.0))
+    assert run(c, [c]) is None and "a broken run" in capsys.readouterr().err
+    assert run(c, [c]) == {"family": "a", "key": c.key, "lr": 1e-2} and run(c, [c])["lr"] == 1e-2
+    assert len(calls) == 2                                                   # kept once it succeeded
+    assert score([c], lambda *_: NO_ANSWER)[0]["regret"] == math.inf

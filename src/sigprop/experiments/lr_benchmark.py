@@ -33,10 +33,12 @@ import itertools
 import json
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..console import one_line
 from ..console.files import write_atomic
 from ..train.config import RunConfig, from_mapping
 from ..train.levels import trains, unigram_loss
@@ -126,13 +128,23 @@ def fixed(k: int, hindsight: bool = False) -> Callable[[Config, Sequence[Config]
     return choose
 
 
+NO_ANSWER: Choice = {"lrs": (), "cost": 0.0}           # a chooser that failed on a config (regret: inf)
+
+
 def _cached(name: str, compute: Callable[[Config], dict[str, Any]], cache: Path
-            ) -> Callable[[Config, Sequence[Config]], dict[str, Any]]:
-    def run(c: Config, _every: Sequence[Config]) -> dict[str, Any]:
+            ) -> Callable[[Config, Sequence[Config]], dict[str, Any] | None]:
+    """``compute`` of a config, kept in ``cache/name``; None (said on stderr, not kept: the next call retries) when
+    it raises."""
+    def run(c: Config, _every: Sequence[Config]) -> dict[str, Any] | None:
         path = cache / name / f"{hashlib.sha1((c.family + c.key).encode()).hexdigest()[:16]}.json"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps({"family": c.family, "key": c.key, **compute(c)}))
+            try:
+                result = compute(c)
+            except Exception as e:
+                print(f"{name} on {c.family} {c.key}: {type(e).__name__}: {one_line(e)}", file=sys.stderr)
+                return None
+            write_atomic(path, json.dumps({"family": c.family, "key": c.key, **result}))
         return json.loads(path.read_text())
     return run
 
@@ -154,6 +166,8 @@ def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
+        if r is None:
+            return NO_ANSWER
         return {"lrs": (r["lr"],), "cost": r["steps"] / _cfg(c, cache / "tmp").train.steps}
     return choose
 
@@ -172,6 +186,8 @@ def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
+        if r is None:
+            return NO_ANSWER
         return {"lrs": (r["lr"],) if r["lr"] else (), "cost": r["cost_s"] / c.run_s, "said": r["outcomes"]}
     return choose
 
@@ -190,8 +206,11 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     cached = _cached("prodigy", compute, cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
+        r = cached(c, every)
+        if r is None:
+            return NO_ANSWER
         mup = c.run["model"].get("parametrization") == "mup"
-        return {"lrs": (), "cost": 0.0, "loss": cached(c, every)["loss"], "note": "μP: one step size" if mup else ""}
+        return {"lrs": (), "cost": 0.0, "loss": r["loss"], "note": "μP: one step size" if mup else ""}
     return choose
 
 
@@ -209,6 +228,8 @@ def proxy_chooser(cache: Path, basis: str) -> Callable[[Config, Sequence[Config]
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
+        if r is None:
+            return NO_ANSWER
         return {"lrs": (r["lr"],), "cost": r["cost"], "said": r["outcomes"]}
     return choose
 
