@@ -43,7 +43,9 @@ KNOBS: dict[str, list[dict]] = {
     "norm_placement": [dict(scheme="dslm", norm_placement="post"),
                        *(dict(norm_placement="sandwich", n_layers=n) for n in (8, 48)),      # Gemma 2, Peri-LN
                        *(dict(scheme="completep", base_depth=1, norm_placement="out", n_layers=n) for n in (8, 48)),
-                       *(dict(norm_placement="out", qk_norm=True, n_layers=n) for n in (8, 48))],        # OLMo 2
+                       *(dict(norm_placement="out", qk_norm=True, n_layers=n) for n in (8, 48)),         # OLMo 2
+                       *(dict(scheme="dslm", norm_placement=p, n_layers=n)
+                         for p in ("out", "sandwich") for n in (8, 48))],
     "norm_type": [dict(norm_type="rmsnorm")],
     "activation": [dict(activation="gelu"), dict(activation="shaped_relu")],
     "dropout": [dict(dropout=0.2)],

@@ -1,8 +1,8 @@
-"""DeepScaleLM (Kedia et al., ICML 2024): unit moments through depth for Pre-LN and Post-LN.
+"""DeepScaleLM (Kedia et al., ICML 2024): unit moments through depth, for every normed placement.
 
 Residual, at every sublayer: x ← λ x + β D(f(x)), λ² + β² = 1, β² = k/N with N the number of
 residual branches in the stack (2 per block, 3 in an encdec decoder) and k = ``dslm_k`` (2).
-Invariant: if x and f(x) have unit variance, so does every sublayer output.
+Invariant: if x and f(x) have unit variance, so does every sublayer output ("out", "sandwich": below).
 
 Init (all N(0, σ²), p = dropout, d = d_model, T = 2 summed embedding tables):
   embeddings      σ² = (1−p)/T                         unit variance after embedding dropout
@@ -23,9 +23,17 @@ same token)/T under a Zipf unigram law, 0 for a ViT (patches of independent pixe
 set ``dslm_r0``), which also attends over its 1 + (image/patch)² tokens rather than max_seq_len
 (`ModelConfig.n_tokens`).
 
-Placements "pre" and "post" only: the V/O rule above is a correlation recursion through Pre-LN or Post-LN
-blocks; with a norm on the branch output ("out", "sandwich") every branch has unit variance whatever V and O,
-so the rule would set nothing it claims.
+Placements. "pre" and "post" as above. "out" (x ← λx + β D(N(f(x))), OLMo 2) and "sandwich" (x ← λx +
+β D(N₂(f(N₁(x)))), Gemma 2/3, Peri-LN) keep the residual weights; their norm on the branch output gives every
+branch output unit variance exactly (|y|² = d per token, `sigprop.theory.moments.norm`), so the stream's unit
+variance holds by construction. What the V/O and FFN stds set there is σ_f², the branch's variance before its
+output norm, and that norm's backward divides the gradient by σ_f: the invariant kept at 1 is σ_f², which makes the
+output norm an identity in the mean at init and leaves the branch's backward Pre-LN DSLM's. The stds are the
+Pre-LN rule for the branch's input: under "sandwich" N₁(x), exactly Pre-LN's; under "out" the stream x, whose
+per-token variance is 1 (every add mixes unit-variance terms with λ² + β² = 1) and whose token correlation is the
+stream's, the V̂ the Pre-LN recursion tracks (its per-token norm spreads by O(1/√d) where N₁ would fix it; the rule
+leaves that out). The recursion adds each branch normalized per token, as the output norm does
+(``branch_norm`` of `sigprop.theory.dslm.gram_blocks`).
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from typing import Any, Callable
 import torch
 
 from ..fields import FieldError
+from ..nn.block import OUTPUT_NORMED
 from ..theory import dslm as theory_dslm
 from ..theory.kernels import gaussian_kernel, gaussian_moment, relu_kernel, tabulated
 from ..theory.moments.embedding import zipf_collision_probability, zipf_ids
@@ -109,7 +118,8 @@ def _gram_arguments(cfg: Any, stack: str, ffn_kernel: Callable[[float], float], 
     tokens = None if uniform else zipf_ids(cfg.vocab_size, GRAM_SEQUENCES, T)
     grams = theory_dslm.embedding_grams(tokens, T, n_tables, shared, cfg.dropout, cfg.dslm_r0)
     return (grams, stack_layers(cfg, stack), lam, beta, cfg.dropout, stack == "dec", cfg.d_model, cfg.n_heads,
-            tabulated(ffn_kernel), sublayers_per_block(cfg, stack) - 1, cfg.norm_placement == "post")
+            tabulated(ffn_kernel), sublayers_per_block(cfg, stack) - 1, cfg.norm_placement == "post",
+            cfg.norm_placement in OUTPUT_NORMED)
 
 
 @lru_cache(maxsize=64)
@@ -125,7 +135,7 @@ def vo_std(cfg: Any, gain: float) -> float:
 
 class DSLM(Scheme):
     name = "dslm"
-    norm_placements = ("pre", "post")
+    norm_placements = ("pre", "post", "out", "sandwich")
     learnable_residual = True
 
     def check(self, cfg: Any) -> None:

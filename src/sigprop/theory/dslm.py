@@ -38,7 +38,9 @@ width:
              logits and the values' own Gram, O(1/d) but ~10 % of G when r → 0 and T ~ d;
   MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
   residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
-             normalizes V after each add.
+             normalizes V after each add; a norm on the branch output ("out", "sandwich") adds the branch Gram
+             normalized per token, norm(branch), instead of branch/gain (its centering under LayerNorm moves a
+             correlation by O((1 − r²)/d), `sigprop.theory.moments.norm`, and is left out).
 Its cost is O(evaluations · samples · T²(T + d)), hence the bound on T; longer sequences take the mean recursion.
 
 **Evaluation spacing** (`evaluation_spacing`, `_advance`). Every add moves V by β²(Y − V), Y the branch's
@@ -188,16 +190,17 @@ def evaluation_spacing(beta: float, tolerance: float = SKIP_TOLERANCE) -> int:
 
 def gram_blocks(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
                 n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
-                post: bool = False, rows: int = 2048, seed: int = 0, tolerance: float = SKIP_TOLERANCE
-                ) -> Iterator[tuple[torch.Tensor, float]]:
+                post: bool = False, branch_norm: bool = False, rows: int = 2048, seed: int = 0,
+                tolerance: float = SKIP_TOLERANCE) -> Iterator[tuple[torch.Tensor, float]]:
     """(V̂_l, G_l) entering every block: the (S, T, T) normalized Gram of the attention input and its gain, by the
     Gram recursion of the module docstring from the embedding ``grams`` (S, T, T). ``ffn_kernel`` acts entrywise
-    on a tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``rows``: query
+    on a tensor of correlations; ``post``: Post-LN (the stream is normalized after every add); ``branch_norm``: a
+    norm on each branch's output (the branch Gram is added normalized per token); ``rows``: query
     rows sampled per attention sublayer, in heads of T rows (Monte Carlo error of G_l: the spread of one head's
     gain over √heads). ``tolerance``: the branch weight k·β² between two samples (`evaluation_spacing`); between
     them V̂_l and G_l are interpolated linearly (module docstring)."""
     yield from _per_block(_samples(grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post,
-                                   rows, seed, evaluation_spacing(beta, tolerance)), lambda vhat: vhat)
+                                   branch_norm, rows, seed, evaluation_spacing(beta, tolerance)), lambda vhat: vhat)
 
 
 def _per_block(samples: Iterator[tuple[int, torch.Tensor, float]], reduce: Callable[[torch.Tensor], Any]
@@ -218,7 +221,7 @@ def _per_block(samples: Iterator[tuple[int, torch.Tensor, float]], reduce: Calla
 
 def _samples(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
              n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int, post: bool,
-             rows: int, seed: int, every: int) -> Iterator[tuple[int, torch.Tensor, float]]:
+             branch_norm: bool, rows: int, seed: int, every: int) -> Iterator[tuple[int, torch.Tensor, float]]:
     """(l, V̂_l, G_l) at the blocks l where the attention Gram is sampled: every block when ``every`` is 1, else
     blocks at most ``every`` apart, the first and the last among them, with the stream carried from one to the
     next by `_advance` (module docstring)."""
@@ -243,7 +246,7 @@ def _samples(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: flo
             g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
             if i == 0:
                 first = vhat, g
-            found.append(branch / g)
+            found.append(_normalized(branch) if branch_norm else branch / g)
             v = add(v, found[-1])
         found.append(ffn_kernel(_normalized(v)) * (1 - eye) + eye)
         return *first, found, v
@@ -310,8 +313,9 @@ def _advance(v: torch.Tensor, found: list[torch.Tensor], slopes: list[torch.Tens
 
 def gram_correlations(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, causal: bool, d: int,
                       n_heads: int, ffn_kernel: Callable[[torch.Tensor], torch.Tensor], attentions: int = 1,
-                      post: bool = False, rows: int = 2048, seed: int = 0, tolerance: float = SKIP_TOLERANCE
-                      ) -> tuple[tuple[float, float], ...]:
+                      post: bool = False, branch_norm: bool = False, rows: int = 2048, seed: int = 0,
+                      tolerance: float = SKIP_TOLERANCE) -> tuple[tuple[float, float], ...]:
     """(r_l, G_l) entering every block: `gram_blocks` with each Gram reduced to its mean token correlation."""
     return tuple(_per_block(_samples(grams, n_blocks, lam, beta, p, causal, d, n_heads, ffn_kernel, attentions, post,
-                                     rows, seed, evaluation_spacing(beta, tolerance)), _mean_offdiagonal))
+                                     branch_norm, rows, seed, evaluation_spacing(beta, tolerance)),
+                            _mean_offdiagonal))
