@@ -17,6 +17,7 @@ from sigprop.models import predict
 from sigprop.nn.roles import role_of
 from sigprop.schemes import get_scheme, initialize
 from sigprop.theory.moments.blocks import serial
+from sigprop.theory.moments.embedding import zipf_ids
 from sigprop.theory.moments.norm import LayerNorm
 from sigprop.theory.moments.state import Moments
 
@@ -109,17 +110,17 @@ def test_identity_growth_zeroes_the_output_norm(placement):
 def dslm_moments(placement: str, networks: int) -> tuple[np.ndarray, np.ndarray]:
     """(branches, gradient): each branch's variance before its output norm (the module ``fn``: for "pre" the branch
     itself), attention and MLP alternating, and the stream gradient's variance at every sublayer output relative to
-    the model output's; means over ``networks`` DSLM decoders of width 64 and 8 blocks on 4 × 16 random ids."""
+    the last one's; means over ``networks`` DSLM decoders of width 64 and 8 blocks on 4 × 16 Zipf ids (the token law
+    the scheme assumes)."""
     cfg = ModelConfig(d_model=64, n_heads=4, n_layers=8, max_seq_len=16, vocab_size=64, scheme="dslm",
                       norm_placement=placement)
     branches, grads = [], []
     for seed in range(networks):
         torch.manual_seed(seed)
-        model = build_model(cfg).double()
-        ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(100 + seed))
-        kw = dict(seed=seed, attention_stats=False, stable_ranks=False)
-        branches.append([r.fwd_var for r in measure(model, ids, blocks=r"stack\.blocks\.\d+\.(attn|mlp)\.fn", **kw)])
-        grads.append([r.grad_var for r in measure(model, ids, **kw)][1:])
+        records = measure(build_model(cfg).double(), zipf_ids(64, 4, 16, seed=100 + seed), seed=seed,
+                          blocks=r"stack\.blocks\.\d+\.(attn|mlp)(\.fn)?", attention_stats=False, stable_ranks=False)
+        branches.append([r.fwd_var for r in records[0::2]])        # call order: each branch ``fn``, its sublayer
+        grads.append([r.grad_var for r in records[1::2]])
     grad = np.array(grads).mean(0)
     return np.array(branches).mean(0), grad / grad[-1]
 
@@ -131,11 +132,11 @@ def test_dslm_keeps_the_branch_before_its_output_norm_at_one():
     DSLM's in the same networks' setting: its dip no deeper (within 0.1), its rise toward the input at most 0.25 above.
     The rise is the causal gain's spread over positions (position 0 attends to itself: σ_f² is 1 on average, not per
     position), which the output norm turns into a gradient gain E[1/σ_f²] > 1 per attention branch; it is largest
-    where the tokens are least correlated (the first blocks) and bounded by Σβ² = k. 6 networks: a sublayer's mean
-    moves by ~2/√(6d)."""
-    _, pre_grad = dslm_moments("pre", 6)
+    where the tokens are least correlated (the first blocks) and bounded by Σβ² = k. 16 networks: a sublayer's mean
+    moves by ~2/√(16d)."""
+    _, pre_grad = dslm_moments("pre", 16)
     for placement in ("out", "sandwich"):
-        branches, grad = dslm_moments(placement, 6)
+        branches, grad = dslm_moments(placement, 16)
         for kind, v in (("attention", branches[0::2]), ("mlp", branches[1::2])):
             assert 0.9 <= float(np.median(v)) <= 1.1, (placement, kind, v)
             assert 0.75 <= v.min() and v.max() <= 1.3, (placement, kind, v)
