@@ -16,10 +16,10 @@ the mask is the causal one and no moment changes; a longer sequence is refused b
 (``attn_logit_softcapping``, ``final_logit_softcapping``: tanh on the logits) has no map and is refused by name,
 as is ``use_bidirectional_attention`` (the walk traces a causal LM's backward per position).
 
-Schemes: ``depth_mup`` and ``completep`` (their rules hold under "sandwich"); ``dslm`` is refused (its V/O rule sets
-a branch variance that the output norm fixes to 1) and ``shaped`` too (removing the norms leaves the gated MLP
-unnormalized). `sigprop.hf.apply` sets the norms' w = 0 (gain 1), divides the table's std by √d so the stream
-enters with the scheme's variance, and multiplies the tied logits by √d to match.
+Schemes: ``depth_mup`` and ``completep`` (their rules hold under "sandwich"), and ``dslm``, whose Pre-LN stds for
+the branch input N₁(x) hold the branch before N₂ at unit variance (`sigprop.schemes.dslm`); ``shaped`` is refused
+(removing the norms leaves the gated MLP unnormalized). `sigprop.hf.apply` sets the norms' w = 0 (gain 1), divides
+the table's std by √d so the stream enters with the scheme's variance, and multiplies the tied logits by √d to match.
 """
 from __future__ import annotations
 

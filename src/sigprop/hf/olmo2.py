@@ -13,9 +13,10 @@ and normalizes it as the module does (exact, as its per-head form).
 Moment maps: a branch-output norm is its map on the branch's output moments (variance 1, the correlation its mean
 cosine; backward divided by the branch's variance), exact as for a norm on the stream (`sigprop.nn.Sublayer`,
 placement "out"). The schemes whose rules hold under "out": ``depth_mup`` and ``completep`` (the branch multiplier
-after the norm). ``dslm`` is refused: its V/O rule sets a branch variance that the output norm then fixes to 1.
-``shaped`` is refused: removing the branch-output norms leaves the gated MLP unnormalized, whose branch grows like
-|x|² (`sigprop.hf.llama`), and keeping them is no shaped block.
+after the norm) and ``dslm``, whose V/O and FFN stds hold the branch before its output norm (W_O's and W_down's
+output, read on the raw stream) at unit variance, so that norm is an identity in the mean and its backward leaves
+DSLM's gradient (`sigprop.schemes.dslm`). ``shaped`` is refused: removing the branch-output norms leaves the gated
+MLP unnormalized, whose branch grows like |x|² (`sigprop.hf.llama`), and keeping them is no shaped block.
 """
 from __future__ import annotations
 
