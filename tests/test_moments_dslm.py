@@ -171,9 +171,10 @@ def test_embedding_grams_follow_the_tables():
 # --- the Gram recursion sampled every k blocks ----------------------------------------------------------------
 
 def block_by_block(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, p: float, attentions: int,
-                   post: bool) -> list[tuple[torch.Tensor, float]]:
+                   post: bool, branch_norm: bool = False) -> list[tuple[torch.Tensor, float]]:
     """The recursion of `sigprop.theory.dslm`'s docstring written out block by block (causal, width D, 2048 rows,
-    seed 0, ReLU MLP): the attention Gram sampled at every attention sublayer."""
+    seed 0, ReLU MLP): the attention Gram sampled at every attention sublayer; ``branch_norm``: each attention branch
+    added normalized per token (a norm on the branch output), else divided by its gain."""
     s, t, _ = grams.shape
     gen, eye = torch.Generator().manual_seed(0), torch.eye(t, dtype=torch.float64)
 
@@ -193,24 +194,29 @@ def block_by_block(grams: torch.Tensor, n_blocks: int, lam: float, beta: float, 
             g = float(branch.diagonal(dim1=-2, dim2=-1).mean())
             if i == 0:
                 out.append((vhat, g))
-            v = add(v, branch / g)
+            v = add(v, normalized(branch) if branch_norm else branch / g)
         v = add(v, relu_kernel(normalized(v)) * (1 - eye) + eye)
     return out
 
 
-@pytest.mark.parametrize("post, attentions", [(False, 1), (True, 1), (False, 2), (True, 2)])
-def test_gram_recursion_of_192_blocks_samples_every_block_bit_for_bit(post, attentions):
+@pytest.mark.parametrize("post, attentions, branch_norm", [(False, 1, False), (True, 1, False), (False, 2, False),
+                                                          (True, 2, False), (False, 1, True), (False, 2, True)])
+def test_gram_recursion_of_192_blocks_samples_every_block_bit_for_bit(post, attentions, branch_norm):
     """DSLM's β² = k/N = 1/192 for 192 blocks: k·β² ≤ 0.01 keeps k = 1, and `gram_blocks` is then the block-by-block
     recursion, bit for bit (the same draws and the same operations), so a stack of that depth keeps its init. At
-    1000 blocks (β² = 1/1000) the Gram is sampled every 10 blocks."""
+    1000 blocks (β² = 1/1000) the Gram is sampled every 10 blocks. With a norm on the branch output the branches
+    are added normalized per token, which moves the Grams of this causal stack (it is not the Pre-LN recursion)."""
     beta = math.sqrt(1 / 192)
     assert evaluation_spacing(beta) == 1 and evaluation_spacing(math.sqrt(1 / 1000)) == 10
     grams = embedding_grams(zipf_ids(512, 4, 16), 16, 2, 0, 0.1)
     lam = math.sqrt(1 - beta ** 2)
-    got = list(gram_blocks(grams, 5, lam, beta, 0.1, True, D, HEADS, relu_kernel, attentions, post))
-    want = block_by_block(grams, 5, lam, beta, 0.1, attentions, post)
+    got = list(gram_blocks(grams, 5, lam, beta, 0.1, True, D, HEADS, relu_kernel, attentions, post, branch_norm))
+    want = block_by_block(grams, 5, lam, beta, 0.1, attentions, post, branch_norm)
     assert len(got) == len(want) == 5
     assert all(torch.equal(a, b) and g == h for (a, g), (b, h) in zip(got, want))
+    if branch_norm:
+        other = block_by_block(grams, 5, lam, beta, 0.1, attentions, post)
+        assert (got[-1][0] - other[-1][0]).abs().max().item() > 1e-3
 
 
 @pytest.mark.parametrize("post", [False, True])
