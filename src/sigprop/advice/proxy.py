@@ -132,8 +132,11 @@ def plan(cfg: RunConfig, budget: float, runs: int = MAX_RUNS) -> Plan:
     return Plan(p, runs, run_flops(p) / target)
 
 
-def transfer_ratio(target: Advice, proxy: Advice, basis: str = BASIS) -> float:
-    """η_T / η_P of the ``basis`` lr scale (module docstring, 3.)."""
+def transfer_ratio(target: Advice, proxy: Advice, basis: str | None = BASIS) -> float:
+    """η_T / η_P of the ``basis`` lr scale (module docstring, 3.); 1 for ``basis`` None (the proxy's lrs as they
+    are)."""
+    if basis is None:
+        return 1.0
     r = target.limits[basis] / proxy.limits[basis]
     if not (math.isfinite(r) and r > 0):
         raise ValueError(f"the {basis} scales of the run and its proxy give no ratio: {target.limits[basis]}, "
@@ -237,10 +240,11 @@ def proxy_grid(p: RunConfig, centre: float, out: Path, runs: int, progress: bool
 
 
 def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | None = None,
-                    out: str | Path = "runs/advise-proxy", progress: bool = True, basis: str = BASIS) -> ProxyAdvice:
+                    out: str | Path = "runs/advise-proxy", progress: bool = True, basis: str | None = BASIS
+                    ) -> ProxyAdvice:
     """The advice of the module docstring for the run ``cfg`` within ``budget`` of one of its training runs;
     ``lrs``: the run's peak lrs to predict (default its ``optim.lr``); the proxy runs go under ``out`` (a rerun
-    reuses them); ``basis``: the lr scale whose ratio carries the optimum."""
+    reuses them); ``basis``: the lr scale whose ratio carries the optimum (None: none, ratio 1)."""
     start = time.perf_counter()
     pl = plan(cfg, budget)
     asked = [cfg.optim.lr] if lrs is None else list(lrs)

@@ -21,9 +21,9 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
-(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the same proxy
-runs). The three advise choosers also predict an
-outcome at every grid lr, scored by balanced accuracy over the three outcomes.
+(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change;
+``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs). The advise choosers
+also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
-def proxy_chooser(cache: Path, basis: str) -> Callable[[Config, Sequence[Config]], Choice]:
+def proxy_chooser(cache: Path, basis: str | None) -> Callable[[Config, Sequence[Config]], Choice]:
     """`sigprop.advice.proxy.advise_by_proxy` at budget `PROXY_BUDGET` with the ``basis`` lr scale (the proxy runs
     are shared by every basis; cost: the proxy runs), with its outcome per grid lr."""
     from ..advice.proxy import advise_by_proxy
@@ -224,7 +224,7 @@ def proxy_chooser(cache: Path, basis: str) -> Callable[[Config, Sequence[Config]
                             progress=False, basis=basis)
         return {"lr": a.recommended_lr, "cost": a.cost, "outcomes": [p["outcome"] for p in a.predictions],
                 "ratio": a.ratio, "grid": a.grid, "cost_s": a.cost_s}
-    cached = _cached(f"proxy-{basis.replace(' ', '-')}", compute, cache)
+    cached = _cached(f"proxy-{(basis or 'direct').replace(' ', '-')}", compute, cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
@@ -238,14 +238,16 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
     """The choosers of the module docstring by name."""
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
-             "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None}
+             "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
+             "advise-proxy-direct": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
     made = {"range-test": lambda: range_test(cache), "advise": lambda: advise_chooser(cache),
             "prodigy": lambda: prodigy(cache), "advise-proxy": lambda: proxy_chooser(cache, "output change"),
             "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change"),
-            "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change")}
+            "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change"),
+            "advise-proxy-direct": lambda: proxy_chooser(cache, None)}
     return {n: every[n] or made[n]() for n in names}
 
 
