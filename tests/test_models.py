@@ -121,7 +121,7 @@ def test_residual_and_scheme_combinations():
     ModelConfig(scheme="dslm", residual_lambda=0.6, residual_gamma=0.8)
     with pytest.raises(ValueError, match="norm_placement must be one of \\('none',\\)"):
         ModelConfig(scheme="shaped", norm_placement="pre")
-    with pytest.raises(ValueError, match="norm_placement must be one of \\('pre', 'post'\\)"):
+    with pytest.raises(ValueError, match="norm_placement must be one of \\('pre', 'post', 'out', 'sandwich'\\)"):
         ModelConfig(scheme="dslm", norm_placement="none")
     with pytest.raises(ValueError, match="only by schemes 'shaped' and 'dslm'"):
         ModelConfig(scheme="preln", residual_gamma=0.5)
