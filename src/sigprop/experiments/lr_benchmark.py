@@ -87,11 +87,12 @@ class Config:
                 for lr, t in zip(self.lrs, ok)]
 
 
-def load(runs: Path, families: Sequence[str] | None = None) -> list[Config]:
+def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FAMILIES_DIR) -> list[Config]:
     """Every finished config of every family sweep under ``runs/FAMILY`` (a config counts once all its grid lrs
-    are finished)."""
+    are finished); the families are the sweep files of ``directory`` (default: the checkout's
+    ``configs/advise_bench``) but ``base.toml``."""
     out = []
-    for path in sorted(FAMILIES_DIR.glob("*.toml")):
+    for path in sorted(Path(directory).glob("*.toml")):
         family = path.stem
         if family == "base" or (families and family not in families):
             continue
@@ -296,10 +297,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--runs", default="runs/advise-bench", help="the family sweeps' parent folder")
     p.add_argument("--choosers", nargs="+", default=["fixed", "pair", "fixed-hindsight", "pair-hindsight"])
     p.add_argument("--families", nargs="+", default=None)
+    p.add_argument("--families-dir", default=str(FAMILIES_DIR), help="the families' sweep files")
     p.add_argument("--json", default=None, help="also write every config's rows as JSON")
     args = p.parse_args(argv)
     runs = Path(args.runs)
-    configs = load(runs, args.families)
+    configs = load(runs, args.families, Path(args.families_dir))
     if not configs:
         raise SystemExit(f"no finished config under {runs}")
     results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
