@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import shlex
-import signal
 import sys
 import warnings
 from pathlib import Path
 
 from .console import EXIT_OK, USER_ERRORS, Parser, UserError, add_progress_flag, fail, one_line
-from .console.stopping import Stopped, exit_code, stop_on_signals
+from .console.stopping import exit_code, restated, stop_on_signals
 
 # subcommands that own their argument parsing: name -> (module, function(argv) -> exit code, help)
 DELEGATED = {
@@ -76,8 +75,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         again = shlex.join(["sigprop", "demo", "--out", args.out, "--seed", str(args.seed), "--resume",
                             *(["--quick"] if args.quick else []), *(["--jobs", str(args.jobs)] if args.jobs else [])])
-        raise Stopped(getattr(e, "signum", signal.SIGINT), f"interrupted; the finished parts are kept in "
-                      f"{Path(args.out) / demo.PARTS}; continue with: {again}") from None
+        raise restated(e, f"interrupted; the finished parts are kept in {Path(args.out) / demo.PARTS}; continue "
+                          f"with: {again}") from None
     return EXIT_OK
 
 
@@ -95,8 +94,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         try:
             reproduce(name, out, args.quick, args.set, show_progress=args.progress)
         except KeyboardInterrupt as e:
-            raise Stopped(getattr(e, "signum", signal.SIGINT), f"interrupted in {name}; its finished training runs "
-                          f"are kept in {out} and the same command continues from them") from None
+            raise restated(e, f"interrupted in {name}; its finished training runs are kept in {out} and the same "
+                              "command continues from them") from None
         print(f"{name}: wrote {out}")
     if collect(args.out, list(EXPERIMENTS), args.docs):
         print(f"results: {Path(args.out) / 'RESULTS.md'}")

@@ -35,14 +35,19 @@ class Stopped(KeyboardInterrupt):
         super().__init__(message or f"stopped by {signal.Signals(signum).name}")
         self.signum = int(signum)
 
-    @property
-    def signame(self) -> str:
-        return signal.Signals(self.signum).name
+
+def _signum(err: BaseException) -> int:
+    return err.signum if isinstance(err, Stopped) else int(signal.SIGINT)   # a plain KeyboardInterrupt: SIGINT
 
 
 def exit_code(err: BaseException) -> int:
     """128 + the signal number of a `Stopped` (130 for a plain ``KeyboardInterrupt``, which only SIGINT raises)."""
-    return 128 + (err.signum if isinstance(err, Stopped) else int(signal.SIGINT))
+    return 128 + _signum(err)
+
+
+def restated(err: BaseException, message: str) -> Stopped:
+    """A `Stopped` for the signal that stopped ``err``'s work, saying ``message`` (what was kept, how to go on)."""
+    return Stopped(_signum(err), message)
 
 
 def stopped_by(reason: str, message: str) -> Stopped:
