@@ -250,8 +250,9 @@ def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | 
     asked = [cfg.optim.lr] if lrs is None else list(lrs)
     target, proxy = advise(cfg, lrs=asked), advise(pl.proxy)
     ratio = transfer_ratio(target, proxy, basis)
-    tag = json.dumps({k: v for k, v in pl.proxy.to_dict().items() if k != "train"} | {
-        "train": {k: v for k, v in pl.proxy.to_dict()["train"].items() if k != "out_dir"}}, sort_keys=True)
+    tables = pl.proxy.to_dict()
+    del tables["train"]["out_dir"]                          # the proxy's folder names the run, not where it was
+    tag = json.dumps(tables, sort_keys=True)
     folder = Path(out) / f"proxy-{hashlib.sha1(tag.encode()).hexdigest()[:12]}"
     grid = proxy_grid(pl.proxy, proxy.recommended_lr, folder, pl.runs, progress)
     lrs_, losses = [g["lr"] for g in grid], [g["final_loss"] for g in grid]

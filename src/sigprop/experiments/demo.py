@@ -176,7 +176,7 @@ def _open_parts(folder: Path, meta: dict[str, Any], resume: bool) -> dict[tuple[
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    stored.write_text(json.dumps(meta))
+    write_atomic(stored, json.dumps(meta))
     return {}
 
 

@@ -169,7 +169,7 @@ def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
         r = cached(c, every)
         if r is None:
             return NO_ANSWER
-        return {"lrs": (r["lr"],), "cost": r["steps"] / _cfg(c, cache / "tmp").train.steps}
+        return {"lrs": (r["lr"],), "cost": r["steps"] / c.run["train"]["steps"]}
     return choose
 
 
