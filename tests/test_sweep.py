@@ -10,6 +10,7 @@ import pytest
 from sigprop.cli import main
 from sigprop.train import sweep as sweep_mod
 from sigprop.train import sweep_report
+from sigprop.train.run_summary import read_run
 from sigprop.train.sweep import finished_records, load_spec, resolve, run_sweep
 from sigprop.train.sweep_report import NOT_APPLICABLE, plot_best_lr, summarize, write_report
 from sigprop.train.tokenizer import BPETokenizer
@@ -84,6 +85,45 @@ def test_resume_skips_finished_and_reproduces_an_interrupted_point(tmp_path, cou
             assert a[key] == b[key], key
     assert len(finished_records(log)) == 2
     assert all(r["max_attn_logit"] is not None and r["min_attn_entropy"] is not None for r in again)
+
+
+def test_resume_continues_a_stopped_point_from_its_checkpoint_to_the_same_result(tmp_path, counted):
+    base = BASE.replace("steps = 3", "steps = 6\nckpt_every = 3\nkeep_last = 3")
+    path = tmp_path / "sweep.toml"
+    path.write_text(f'[sweep]\nout_dir = "{tmp_path / "out"}"\n[sweep.grid]\n"optim.lr" = [1e-2]\n{base}')
+    spec = load_spec(path)
+    first = run_sweep(spec, progress=False)[0]
+    point = tmp_path / "out" / "points" / first["id"]
+    whole = read_run(point)
+    # killed after step 5: the step-6 checkpoint and the sweep's line never written, steps 4-5 logged
+    (point / "checkpoints" / "step_00000006.json").unlink()
+    metrics = point / "metrics.jsonl"
+    metrics.write_text("".join(line + "\n" for line in metrics.read_text().splitlines()
+                               if json.loads(line)["step"] <= 5))
+    (tmp_path / "out" / "sweep.jsonl").write_text("")
+    again = run_sweep(spec, resume=True, progress=False)[0]
+    assert counted["points"] == 2
+    events = [json.loads(line).get("event") for line in metrics.read_text().splitlines()]
+    assert "resumed" in events                                   # continued, not re-run from step 0
+    resumed = read_run(point)
+    assert [s for s, *_ in resumed["train_curve"]] == [1, 2, 3, 4, 5, 6]   # the cut-off steps 4-5 logged once
+    for key in ("final_val_loss", "best_val_loss", "grad_norm", "steps_done"):
+        assert again[key] == first[key], key
+    assert resumed["val_curve"] == whole["val_curve"] and resumed["train_curve"] == whole["train_curve"]
+
+
+def test_ckpt_minutes_checkpoints_on_the_clock(tmp_path):
+    base = BASE.replace("steps = 3", "steps = 4\nckpt_minutes = 1e-9\nkeep_last = 10")
+    path = tmp_path / "sweep.toml"
+    path.write_text(f'[sweep]\nout_dir = "{tmp_path / "out"}"\n[sweep.grid]\n"optim.lr" = [1e-2]\n{base}')
+    spec = load_spec(path)
+    r = run_sweep(spec, progress=False)[0]
+    saved = sorted(p.name for p in (tmp_path / "out" / "points" / r["id"] / "checkpoints").glob("step_*.json"))
+    assert saved == [f"step_{s:08d}.json" for s in (1, 2, 3, 4)]
+    with pytest.raises(ValueError, match="train.ckpt_minutes"):
+        bad_base = BASE.replace("steps = 3", "steps = 3\nckpt_minutes = -1")
+        path.write_text(f'[sweep]\nout_dir = "{tmp_path / "o2"}"\n[sweep.grid]\n"optim.lr" = [1e-2]\n{bad_base}')
+        resolve(load_spec(path))
 
 
 @pytest.mark.parametrize("grid,extra,match", [

@@ -94,6 +94,7 @@ class TrainConfig:
     block_grads: bool = False        # log each block's gradient norm (before clipping) and each post-norm
     #                                    sublayer's shortcut factor on the steps that evaluate
     ckpt_every: int = 500            # checkpoint every k steps (and at the end); 0 = only at the end
+    ckpt_minutes: float = 0.0        # also checkpoint once this many minutes have passed since the last one (0 = off)
     keep_last: int = 3               # checkpoints kept on disk
     seed: int = 0                    # seeds init, data order, corruption
     out_dir: str = "runs/default"    # run folder: config, tokenizer, metrics.jsonl, checkpoints/
@@ -115,6 +116,8 @@ class TrainConfig:
                                                                     "ckpt_every", "seed", "stop_at", "grow_at",
                                                                     "grow_to", "grow_every")},
                      int_range=Range(1))
+        _require(math.isfinite(self.ckpt_minutes) and self.ckpt_minutes >= 0, "train.ckpt_minutes",
+                 self.ckpt_minutes, "a number of minutes >= 0 (0 = no time-based checkpoints)")
         _require(self.stop_at <= self.steps, "train.stop_at", self.stop_at,
                  f"0 (train to train.steps) or a step in [1, train.steps={self.steps}]")
         _require(not (self.block_grads and self.distributed == "fsdp"), "train.block_grads", self.block_grads,

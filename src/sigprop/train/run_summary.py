@@ -30,9 +30,20 @@ def grad_summary(norms: Sequence[float]) -> dict[str, float]:
     return {"first": norms[0], "median": statistics.median(norms), "max": max(norms), "last": norms[-1]}
 
 
+def history(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the run's one history: a resume from the checkpoint of step s undoes what was logged past s
+    before it (steps a stop or a kill cut off after that checkpoint), so those records are dropped."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if r["kind"] == "event" and r.get("event") == "resumed":
+            out = [x for x in out if x["step"] <= r["step"]]
+        out.append(r)
+    return out
+
+
 def read_run(run_dir: str | Path, error: str | None = None) -> dict[str, Any]:
     """The record above of the run in ``run_dir``; ``error``: its NaN/Inf message, if it stopped on one."""
-    records = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    records = history(read_jsonl(Path(run_dir) / "metrics.jsonl"))
     evals = [r for r in records if r["kind"] == "eval"]
     val = [[r["step"], r["loss"]] for r in evals]
     steps = [[r["step"], r["loss"], r["grad_norm"]] for r in records if r["kind"] == "train"]

@@ -20,8 +20,11 @@ stops the sweep naming it; so does a grid value listed twice, or a size axis the
 (`sweep_report.check_size`). One BPE tokenizer per distinct data source is trained once into
 ``out_dir`` and pinned on every point (``data.tokenizer``), so no point retrains it. A point is
 finished when its line is in ``sweep.jsonl`` (written by the parent, flushed and fsynced);
-``--resume`` skips finished points and re-runs any other from scratch, which gives the same result
-(fixed seeds). Ctrl-C stops the workers' runs after their current step; nothing finished is lost.
+``--resume`` skips finished points, continues an unfinished point from its last checkpoint and runs any other
+from scratch; a resume is bit-exact on CPU, so every way gives the same result (fixed seeds). Points checkpoint
+every ``train.ckpt_minutes`` (5 unless the base sets it) and at the end, so a stop loses at most those minutes
+of each running point. Ctrl-C stops the workers' runs after their current step, with a checkpoint; nothing
+finished is lost.
 The report (`sweep_report`) is built from those lines alone: ``--report-only`` rebuilds it without
 running anything, and a failing report leaves ``sweep.jsonl`` as it was.
 
@@ -55,6 +58,7 @@ from ..console.stopping import stopped_by
 from ..console.workers import WorkerPool
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
+from .checkpoint import list_checkpoints
 from .run_dir import clear
 from .run_summary import CURVES, read_run
 from .sweep_report import LR, check_size, group_label
@@ -64,7 +68,7 @@ from .trainer import NonFiniteLossError
 SWEEP_KEYS = ("base", "out_dir", "size", "set", "grid", "around_advice")
 CENTRES = "lr_centres.json"
 SIZE_KEYS = ("model.n_layers", "model.d_model")
-POINT_DEFAULTS = {"progress": False, "ckpt_every": 0, "keep_last": 1}
+POINT_DEFAULTS = {"progress": False, "ckpt_every": 0, "ckpt_minutes": 5.0, "keep_last": 1}
 
 
 @dataclass(frozen=True)
@@ -220,16 +224,21 @@ def pin_tokenizers(spec: SweepSpec, resolved: list[tuple[dict[str, Any], RunConf
     return out
 
 
-def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any]) -> dict[str, Any]:
-    """Train one point from scratch (its folder is cleared first) and return its JSON line.
+def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any], resume: bool = False) -> dict[str, Any]:
+    """Train one point and return its JSON line: with ``resume``, from the last checkpoint its folder holds (the
+    folder's name carries the hash of the point's run tables, so the checkpoint is this point's); otherwise, or
+    with none, from scratch in a cleared folder.
 
     Raises `sigprop.console.stopping.Stopped` if the run was stopped by a signal (the point is then not
     finished)."""
     from .run import train  # in the worker: keeps the parent's import light
 
+    run_dir = Path(cfg_dict["train"]["out_dir"])
+    if resume and list_checkpoints(run_dir / "checkpoints"):
+        cfg_dict = {**cfg_dict, "train": {**cfg_dict["train"], "resume": True}}
+    else:
+        clear(run_dir)
     cfg = from_mapping(RunConfig, cfg_dict)
-    run_dir = Path(cfg.train.out_dir)
-    clear(run_dir)
     start, error = time.perf_counter(), None
     try:
         trainer = train(cfg)
@@ -355,12 +364,12 @@ def run_sweep(spec: SweepSpec, jobs: int = 1, resume: bool = False, progress: bo
     bar = {"desc": "sweep", "total": len(resolved), "initial": len(resolved) - len(todo), "enabled": progress}
     if jobs <= 1:
         for p, c in progress_bar(todo, **bar):
-            r = run_point(point_id(spec, p), p, c.to_dict())
+            r = run_point(point_id(spec, p), p, c.to_dict(), resume)
             _append(log, r)
             done[r["id"]] = r
     else:
         with worker_pool(jobs) as pool:
-            futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict()) for p, c in todo]
+            futures = [pool.submit(run_point, point_id(spec, p), p, c.to_dict(), resume) for p, c in todo]
             for fut in progress_bar(cf.as_completed(futures), **bar):
                 r = fut.result()
                 _append(log, r)

@@ -90,6 +90,7 @@ class Trainer:
         self.state = TrainState()
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.last_checkpoint: Path | None = None
+        self.saved_at = time.monotonic()                # when the last checkpoint was written (train.ckpt_minutes)
         self.health = LastGood()
         self.set_aside: Path | None = None              # newer checkpoints moved away by a resume from an earlier one
         self.stop_reason: str | None = None
@@ -223,6 +224,7 @@ class Trainer:
                                                    meta, rngs, self.cfg.train.keep_last, protect=self.health.good)
             self.health.saved(self.last_checkpoint)
             self.log({"kind": "event", "event": "checkpoint", "path": str(self.last_checkpoint)})
+        self.saved_at = time.monotonic()
         barrier(self.dist)
 
     def _grow(self) -> None:
@@ -282,9 +284,11 @@ class Trainer:
                     if self._evaluates(self.state.step):
                         self.log(self.evaluate())
                     last = self.state.step == end
-                    stop = all_reduce_sum(torch.tensor([float(self.stop_reason is not None)],
-                                                       device=self.dist.device), self.dist).item() > 0
-                    if last or stop or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
+                    due = bool(t.ckpt_minutes) and time.monotonic() - self.saved_at >= 60 * t.ckpt_minutes
+                    flags = all_reduce_sum(torch.tensor([float(self.stop_reason is not None), float(due)],
+                                                        device=self.dist.device), self.dist)
+                    stop, due = bool(flags[0] > 0), bool(flags[1] > 0)    # any rank's clock makes every rank save
+                    if last or stop or due or (t.ckpt_every and self.state.step % t.ckpt_every == 0):
                         self.save()
                     if stop:
                         self.stop_reason = self.stop_reason or "stopped by another rank"
