@@ -6,7 +6,7 @@ import pytest
 
 from helpers import CONFIGS
 from sigprop.advice import advise
-from sigprop.advice.proxy import MAX_RUNS, advise_by_proxy, plan, transfer_ratio, vertex
+from sigprop.advice.proxy import MAX_RUNS, advise_by_proxy, pick_by_proxy, plan, transfer_ratio, vertex
 from sigprop.cli import main
 from sigprop.train import load_config
 
@@ -81,3 +81,14 @@ def test_advice_by_proxy_answers_every_lr_within_its_budget(tmp_path):
     assert a.recommended_lr > 0 and math.isfinite(a.recommended_lr)
     again = advise_by_proxy(cfg, 0.5, lrs=[1e-3], out=tmp_path / "proxy", progress=False)   # the runs are reused
     assert again.grid == a.grid and again.cost_s < a.cost_s
+
+
+def test_a_pick_ranks_the_candidates_on_the_proxy_within_its_budget(tmp_path):
+    cfg = run(tmp_path, "model.d_model=128", "model.n_layers=4", "train.steps=40", "optim.warmup_steps=4",
+              "train.eval_every=20")
+    p = pick_by_proxy(cfg, [1e-3, 10.0], 0.5, out=tmp_path / "proxy", progress=False)
+    assert p.lr == 1e-3                                  # lr 10 diverges: it ends no better than it started
+    assert [g["lr"] for g in p.grid] == [1e-3, 10.0] and 0 < p.cost <= 0.5
+    assert p.grid[1]["final_loss"] > p.grid[0]["final_loss"]
+    with pytest.raises(ValueError, match="candidate"):
+        pick_by_proxy(cfg, [], 0.5, out=tmp_path / "proxy", progress=False)

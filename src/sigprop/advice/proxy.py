@@ -239,6 +239,41 @@ def proxy_grid(p: RunConfig, centre: float, out: Path, runs: int, progress: bool
              else "stalls"} for x, loss, t in zip(grid, losses, ok)]
 
 
+def proxy_folder(p: RunConfig, out: str | Path) -> Path:
+    """The folder under ``out`` of the proxy ``p``'s runs, named by the hash of its run tables (a rerun reuses it)."""
+    tables = p.to_dict()
+    del tables["train"]["out_dir"]                          # the proxy's folder names the run, not where it was
+    tag = json.dumps(tables, sort_keys=True)
+    return Path(out) / f"proxy-{hashlib.sha1(tag.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The candidate lr whose proxy run ended lowest, and the proxy runs that chose it."""
+
+    lr: float
+    grid: list[dict[str, Any]]                       # per candidate: lr, final_loss (its initial loss if diverged)
+    plan: str                                        # `Plan.text`
+    cost: float                                      # the proxy runs, in training runs of the run
+
+
+def pick_by_proxy(cfg: RunConfig, candidates: Sequence[float], budget: float = 0.5,
+                  out: str | Path = "runs/advise-proxy", progress: bool = True) -> Pick:
+    """Train the proxy of ``cfg`` (`plan` for one run per candidate within ``budget``) at each candidate peak lr,
+    as it is, and pick the candidate whose run ends at the lowest validation loss (a diverged run counts its
+    initial loss: it ends no better than it started). The candidates are few lrs far apart (a ×3–×10 pair), so
+    the proxy only has to rank them, not to place the optimum."""
+    if not candidates:
+        raise ValueError("pick_by_proxy needs at least one candidate lr")
+    pl = plan(cfg, budget, runs=len(candidates))
+    spec = SweepSpec(pl.proxy.to_dict(), {"optim.lr": sorted(set(candidates))}, proxy_folder(pl.proxy, out))
+    grid = [{"lr": r["point"]["optim.lr"],
+             "final_loss": r["initial_val_loss"] if r["diverged"] else r["final_val_loss"]}
+            for r in run_sweep(spec, resume=True, progress=progress)]
+    best = min(grid, key=lambda g: g["final_loss"])
+    return Pick(best["lr"], grid, pl.text(cfg), len(grid) * pl.run_cost)
+
+
 def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | None = None,
                     out: str | Path = "runs/advise-proxy", progress: bool = True, basis: str | None = BASIS
                     ) -> ProxyAdvice:
@@ -250,11 +285,7 @@ def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | 
     asked = [cfg.optim.lr] if lrs is None else list(lrs)
     target, proxy = advise(cfg, lrs=asked), advise(pl.proxy)
     ratio = transfer_ratio(target, proxy, basis)
-    tables = pl.proxy.to_dict()
-    del tables["train"]["out_dir"]                          # the proxy's folder names the run, not where it was
-    tag = json.dumps(tables, sort_keys=True)
-    folder = Path(out) / f"proxy-{hashlib.sha1(tag.encode()).hexdigest()[:12]}"
-    grid = proxy_grid(pl.proxy, proxy.recommended_lr, folder, pl.runs, progress)
+    grid = proxy_grid(pl.proxy, proxy.recommended_lr, proxy_folder(pl.proxy, out), pl.runs, progress)
     lrs_, losses = [g["lr"] for g in grid], [g["final_loss"] for g in grid]
     stable = [g["lr"] for g in grid if g["outcome"] == "trains"]
     collapsed = target.rank_collapse >= DEFAULT_RULE.collapse
@@ -268,4 +299,5 @@ def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | 
                        target=target)
 
 
-__all__ = ["Plan", "ProxyAdvice", "advise_by_proxy", "plan", "run_flops", "shrunk", "transfer_ratio", "vertex"]
+__all__ = ["Pick", "Plan", "ProxyAdvice", "advise_by_proxy", "pick_by_proxy", "plan", "proxy_folder", "run_flops",
+           "shrunk", "transfer_ratio", "vertex"]

@@ -22,12 +22,15 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
 (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change;
-``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs). The advise choosers
+``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-pair`` —
+`sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
+on the other families), the better one chosen. The advise choosers
 also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -235,12 +238,29 @@ def proxy_chooser(cache: Path, basis: str | None) -> Callable[[Config, Sequence[
     return choose
 
 
+def pair_proxy_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """`sigprop.advice.proxy.pick_by_proxy` between the ``pair`` chooser's two lrs (fitted on the other families)
+    within `PROXY_BUDGET` (cost: the two proxy runs)."""
+    from ..advice.proxy import pick_by_proxy
+    pair = fixed(2)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        lrs = pair(c, every)["lrs"]
+        if not lrs:
+            return NO_ANSWER
+        r = _cached(f"proxy-pair-{'-'.join(f'{x:g}' for x in lrs)}", lambda c: dataclasses.asdict(
+            pick_by_proxy(_cfg(c, cache / "tmp"), lrs, PROXY_BUDGET, cache / "proxy-runs", progress=False)),
+            cache)(c, every)
+        return NO_ANSWER if r is None else {"lrs": (r["lr"],), "cost": r["cost"]}
+    return choose
+
+
 def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, Sequence[Config]], Choice]]:
     """The choosers of the module docstring by name."""
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
-             "advise-proxy-direct": None}
+             "advise-proxy-direct": None, "advise-proxy-pair": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -248,7 +268,8 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "prodigy": lambda: prodigy(cache), "advise-proxy": lambda: proxy_chooser(cache, "output change"),
             "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change"),
             "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change"),
-            "advise-proxy-direct": lambda: proxy_chooser(cache, None)}
+            "advise-proxy-direct": lambda: proxy_chooser(cache, None),
+            "advise-proxy-pair": lambda: pair_proxy_chooser(cache)}
     return {n: every[n] or made[n]() for n in names}
 
 
