@@ -13,7 +13,7 @@ Seven measured lr scales, each the peak lr at which one quantity of AdamW's firs
 
 A `Rule` reads the stability edge off one of them (its ``edge_basis``) and the recommendation off one of them or
 off the window below (its ``basis``; ``window`` = √(η_min η_max), the geometric middle between the stall bound
-and the stability edge), both chosen on calibration sweeps by bench/advise.py:
+and the stability edge), both chosen on calibration sweeps by `sigprop.advice.fit`:
 
     recommended = best · η_basis,   interval = [lo, hi] · η_basis,   η_max = top · η_edge_basis,
 
@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..train.levels import TRAIN_MARGIN as STALL_MARGIN  # within it of the unigram loss a run has stalled
+from .data.fitted import CONSTANTS as FITTED
 from .probe import Probe, last_corr
 
 OUTCOMES = ("diverges", "stalls", "trains")
@@ -46,22 +47,22 @@ WINDOW = "window"                     # the recommendation's basis √(η_min η
 
 @dataclass(frozen=True)
 class Rule:
-    """The constants of the advice (module docstring). Defaults: the fit of bench/advise.py on its calibration
-    sweeps; docs/advise.md reports that fit on the calibration and the scoring sweeps apart. Each field's
-    meaning is the comment beside it.
+    """The constants of the advice (module docstring). Defaults: the fit of `sigprop.advice.fit` on its calibration
+    sweeps (`sigprop.advice.data.fitted`, with the data and commit they came from); docs/advise.md reports that
+    fit on the calibration and the scoring sweeps apart. Each field's meaning is the comment beside it.
 
     Raises:
         ValueError: a ``basis`` or ``edge_basis`` that names no lr scale, a constant that is not a positive
             finite number, or not ``lo`` <= ``best`` <= ``hi``.
     """
 
-    basis: str = "one-step optimum"  # the scale the recommendation is read from (a LIMITS name or WINDOW)
-    best: float = 1.41421            # recommended lr / η_basis
-    lo: float = 0.0573126            # interval low end / η_basis
-    hi: float = 1.81271              # interval high end / η_basis
-    edge_basis: str = "edge of stability"  # the scale the largest stable lr is read from
-    top: float = 5.65685             # η_max / η_edge_basis
-    kappa: float = 76.1093           # progress needed, in units of the gap to the training level
+    basis: str = FITTED["basis"]     # the scale the recommendation is read from (a LIMITS name or WINDOW)
+    best: float = FITTED["best"]     # recommended lr / η_basis
+    lo: float = FITTED["lo"]         # interval low end / η_basis
+    hi: float = FITTED["hi"]         # interval high end / η_basis
+    edge_basis: str = FITTED["edge_basis"]  # the scale the largest stable lr is read from
+    top: float = FITTED["top"]       # η_max / η_edge_basis
+    kappa: float = FITTED["kappa"]   # progress needed, in units of the gap to the training level
     collapse: float = 0.99           # last block's token correlation at init that makes the stack collapsed
     caveat: str = ("fitted on small decoders (width 32-128, 2-96 layers, 100-200 steps on the embedded corpus); "
                    "how far it carries beyond them, and its regret and outcome accuracy there: docs/advise.md")
