@@ -14,10 +14,11 @@ Calibration and scoring sets are disjoint, under two splits (`split`) of advise_
 in two files: depth 96 has its own), depth_lr and width_mup calibrating in both: *balanced*, alternate (depth,
 width) cells, so each set holds both widths and every depth; *by width*, scoring = width 64, the first design, which
 leaves calibration one width of advise_eval and so cannot fit how the lr moves with width (both are reported). The
-`Rule` constants are fitted on one set (`fit`) and every figure is reported on both; the reverse fit (on the scoring
-set, scored on calibration) is reported too. Per config: regret = final loss at the recommended lr (linear in log lr
-between grid points, the nearest grid point outside the grid; a diverged run counts its initial loss) − the grid's
-best loss; the hindsight baseline is the one grid lr with the lowest mean loss over the set's configs of each sweep.
+`Rule` constants are fitted on one set (`sigprop.advice.fit`) and every figure is reported on both; the reverse
+fit (on the scoring set, scored on calibration) is reported too. Per config: regret = final loss at the
+recommended lr (linear in log lr between grid points, the nearest grid point outside the grid; a diverged run counts
+its initial loss) − the grid's best loss; the hindsight baseline is the one grid lr with the lowest mean loss over
+the set's configs of each sweep.
 Cost = advise's wall seconds / the sweep's training compute, that is its runs' steps times one training step's wall
 seconds (`step_time`, measured in the same process as advise, so both on the same machine state; the range test's
 compute is its steps times that step); beside it the same ratio against the runs' logged wall times (taken under
@@ -35,6 +36,12 @@ difference in final loss.
 Advise and range-test results are cached per config under runs/advise-bench/ (delete it to re-measure).
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
 bench/RESULTS.md between their ``<!-- advise-eval -->`` markers.
+
+    OMP_NUM_THREADS=1 python bench/advise.py --table src/sigprop/advice/data/calibration.json
+    python -m sigprop.advice.fit src/sigprop/advice/data/calibration.json --write
+
+writes the balanced split's calibration set as a calibration table, then fits the shipped rule's constants on it
+(`sigprop.advice.data.fitted`; tests/test_advice_fit.py checks that the refit gives them).
 
     OMP_NUM_THREADS=1 python bench/advise.py --claims   # after `sigprop reproduce dslm-depth|depth-transfer`
 
@@ -66,9 +73,19 @@ import numpy as np
 import torch
 
 from sigprop.advice.advise import advise, lm_loss, run_inputs
+from sigprop.advice.fit import (
+    Case,
+    GridRun,
+    balanced_accuracy,
+    fit,
+    fitted_best,
+    last_record,
+    save_table,
+    usable_scales,
+)
 from sigprop.advice.probe import Probe
 from sigprop.advice.range_test import run_range_test
-from sigprop.advice.rule import LIMITS, OUTCOMES, STALL_MARGIN, WINDOW, Rule, decide, limits, outcome, schedule_area
+from sigprop.advice.rule import LIMITS, OUTCOMES, WINDOW, Rule, outcome, schedule_area
 from sigprop.console import UserError
 from sigprop.experiments.tuning import TUNING_SEED
 from sigprop.train.config import RunConfig, from_mapping
@@ -85,28 +102,6 @@ CACHE = Path("runs/advise-bench")
 MARKER, CLAIMS_MARKER, BASES_MARKER = "<!-- advise-eval -->", "<!-- advise-claims -->", "<!-- advise-bases -->"
 CLAIMS = ("runs/reproduce/dslm-depth/sweeps",      # claims' sweep folders (`sigprop reproduce NAME`)
           "runs/reproduce/depth-transfer/sweeps")
-
-
-def achieved(c: dict) -> list[str]:
-    """The achieved outcome of each run of a config (module docstring), in the order of ``c["runs"]``."""
-    u, runs = c["unigram"], c["runs"]
-    trains = [math.isfinite(r["final_val_loss"]) and r["final_val_loss"] < u - STALL_MARGIN for r in runs]
-    top = max((r["point"]["optim.lr"] for r, t in zip(runs, trains) if t), default=None)
-    out = []
-    for r, t in zip(runs, trains):
-        if t:
-            out.append("trains")
-        elif r["diverged"] or not math.isfinite(r["final_val_loss"]) or (top is not None
-                                                                          and r["point"]["optim.lr"] > top):
-            out.append("diverges")
-        else:
-            out.append("stalls")
-    return out
-
-
-def run_loss(r: dict) -> float:
-    """A run's final loss, its initial loss if it diverged."""
-    return r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else r["initial_val_loss"]
 
 
 def configs(path: str) -> list[dict]:
@@ -246,34 +241,32 @@ def step_time(c: dict, steps: int = 12) -> dict:
     return row
 
 
-def _probe(m: dict, records: tuple = ()) -> Probe:
-    p = dict(m["probe"])
-    p["line"] = tuple(tuple(x) for x in p["line"])
-    return Probe(records=records, **p)
-
-
-class _Last:
-    """The one record `outcome` reads: the last block's token correlation."""
-
-    def __init__(self, corr: float) -> None:
-        self.layer, self.stack, self.token_corr = 1, "dec", corr
-
-
-def area(c: dict) -> float:
-    """The schedule area of a config's runs (`schedule_area`), computed once per config."""
-    if "area" not in c:
+def case(c: dict, m: dict) -> Case:
+    """A config and its cached measurements as the fit's `Case` (made once per config)."""
+    if "case" not in c:
         steps, unit = c["cfg"].train.steps, replace(c["cfg"].optim, lr=1.0)
-        c["area"] = schedule_area([lr_at(t, steps, unit) for t in range(steps)])
-    return c["area"]
+        probe = {**m["probe"], "line": tuple(tuple(x) for x in m["probe"]["line"])}
+        c["case"] = Case(c["name"], c["cfg"].optim.beta1, schedule_area([lr_at(t, steps, unit) for t in range(steps)]),
+                         c["unigram"], Probe(records=(last_record(m["last_corr"]),), **probe), grid_runs(c["runs"]))
+    return c["case"]
+
+
+def grid_runs(runs: list[dict]) -> tuple[GridRun, ...]:
+    """A sweep's run records as the fit's `GridRun`s."""
+    return tuple(GridRun(r["point"]["optim.lr"], r["final_val_loss"], r["initial_val_loss"], r["diverged"])
+                 for r in runs)
+
+
+def cases(cs: list[dict], ms: dict[str, dict]) -> list[Case]:
+    return [case(c, ms[c["name"]]) for c in cs]
 
 
 def predict_config(c: dict, m: dict, rule: Rule) -> dict:
     """The rule applied to a config's cached measurements: the `Decision` and the outcome at every grid lr."""
-    p = _probe(m, (_Last(m["last_corr"]),))
-    d = decide(p, c["cfg"].optim.beta1, area(c), c["unigram"], rule)
+    k = case(c, m)
+    d = k.decide(rule)
     return {"decision": d, "recommended": d.recommended, "eta_max": d.eta_max, "decider": d.decided_by,
-            "outcomes": [outcome(r["point"]["optim.lr"], d)[0] for r in c["runs"]],
-            "one_step": _interp(p.line, d.recommended)}
+            "outcomes": [outcome(r.lr, d)[0] for r in k.runs], "one_step": _interp(k.probe.line, d.recommended)}
 
 
 def _interp(points, lr: float) -> float:
@@ -283,14 +276,6 @@ def _interp(points, lr: float) -> float:
     y = np.asarray([b for _, b in pts], dtype=float)
     y = np.where(np.isfinite(y), y, np.nanmax(np.where(np.isfinite(y), y, np.nan)))
     return float(np.interp(math.log(lr), x, y))
-
-
-def loss_at(c: dict, lr: float) -> float:
-    return _interp([(r["point"]["optim.lr"], run_loss(r)) for r in c["runs"]], lr)
-
-
-def best_loss(c: dict) -> float:
-    return min(run_loss(r) for r in c["runs"])
 
 
 RANKERS = {"|lambda_a|": lambda m: abs(m["lambda_a"]), "|lambda_g|": lambda m: abs(m["lambda_g"]),
@@ -321,14 +306,14 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
     """Every figure of one set under ``rule`` (the range test's with ``ranges``, costs per training step with
     ``steps``, the `step_time` of each config)."""
     preds = {c["name"]: predict_config(c, ms[c["name"]], rule) for c in cs}
-    regret = {c["name"]: loss_at(c, preds[c["name"]]["recommended"]) - best_loss(c) for c in cs}
-    truth = [(t, o) for c in cs for t, o in zip(achieved(c), preds[c["name"]]["outcomes"])]
+    regret = {c["name"]: c["case"].regret(preds[c["name"]]["recommended"]) for c in cs}
+    truth = [(t, o) for c in cs for t, o in zip(c["case"].achieved, preds[c["name"]]["outcomes"])]
     per_outcome = recalls(truth)
     hindsight = {}
     for group in by_sweep(cs).values():
         grid = group[0]["grid"]
-        lr = min(grid, key=lambda x: statistics.mean(loss_at(c, x) for c in group))
-        hindsight.update({c["name"]: loss_at(c, lr) - best_loss(c) for c in group})
+        lr = min(grid, key=lambda x: statistics.mean(c["case"].loss_at(x) for c in group))
+        hindsight.update({c["name"]: c["case"].regret(lr) for c in group})
     sweep_s = sum(r["wall_s"] for c in cs for r in c["runs"])
     sweep_passes = sum(r["steps_done"] for c in cs for r in c["runs"])
     sweep_steps_s = (sum(len(c["runs"]) * c["cfg"].train.steps * steps[c["name"]]["step_s"] for c in cs)
@@ -341,9 +326,9 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "hindsight_mean": statistics.mean(hindsight.values()),
            "hindsight_within_005": statistics.mean(v <= 0.05 for v in hindsight.values()),
            "accuracy": statistics.mean(t == p for t, p in truth), "recalls": per_outcome,
-           "balanced": statistics.mean(per_outcome.values()),
+           "balanced": balanced_accuracy(truth),
            "truth_counts": {k: sum(t == k for t, _ in truth) for k in OUTCOMES},
-           "spearman": {k: spearman([f(c) for c in cs], [best_loss(c) for c in cs]) for k, f in {
+           "spearman": {k: spearman([f(c) for c in cs], [c["case"].best_loss for c in cs]) for k, f in {
                "one-step loss at the recommended lr": lambda c: preds[c["name"]]["one_step"],
                **{k: (lambda c, f=f: f(ms[c["name"]])) for k, f in RANKERS.items()}}.items()},
            "cost": sum(ms[c["name"]]["cost_s"] for c in cs) / sweep_s,
@@ -352,28 +337,13 @@ def score(cs: list[dict], ms: dict[str, dict], rule: Rule, ranges: dict[str, dic
            "preds": preds}
     if ranges is not None:
         for pick in ("steepest", "min_over_10"):
-            rg = {c["name"]: loss_at(c, ranges[c["name"]][pick]) - best_loss(c) for c in cs}
+            rg = {c["name"]: c["case"].regret(ranges[c["name"]][pick]) for c in cs}
             out[f"range_{pick}"] = {"median": statistics.median(rg.values()), "mean": statistics.mean(rg.values()),
                                     "within_005": statistics.mean(v <= 0.05 for v in rg.values())}
         out["range_cost"] = sum(ranges[c["name"]]["cost_s"] for c in cs) / sweep_s
         out["range_cost_steps"] = (sum(ranges[c["name"]]["steps"] * steps[c["name"]]["step_s"] for c in cs)
                                    / sweep_steps_s if steps else math.nan)
         out["range_cost_passes"] = sum(ranges[c["name"]]["steps"] for c in cs) / sweep_passes
-    return out
-
-
-def _factors(lo: float, hi: float, step: float = 0.25) -> list[float]:
-    """Powers of 2 from 2^lo to 2^hi in steps of 2^step."""
-    return [2.0 ** (lo + step * i) for i in range(int(round((hi - lo) / step)) + 1)]
-
-
-def _log_ratios(cs: list[dict], ms: dict[str, dict], rule: Rule) -> list[float]:
-    """log(best grid lr / the rule's basis lr) over the configs whose best run trains."""
-    out = []
-    for c in cs:
-        lr, base = best_grid_lr(c), predict_config(c, ms[c["name"]], rule)["decision"].base
-        if lr is not None and math.isfinite(base) and base > 0:
-            out.append(math.log(lr / base))
     return out
 
 
@@ -387,17 +357,17 @@ def context(cs: list[dict], ms: dict[str, dict], scored: dict) -> dict:
 def neighbour_regrets(c: dict, factor: float) -> list[float]:
     """Regret at ``factor`` × and ÷ ``factor`` the config's best grid lr (within the grid), if its best run trains:
     how much missing the optimum by that factor costs, i.e. how sharp the optimum of these runs is."""
-    best, grid = best_grid_lr(c), [r["point"]["optim.lr"] for r in c["runs"]]
-    if best is None:
+    k = c["case"]
+    if k.best_lr is None:
         return []
-    return [loss_at(c, lr) - best_loss(c) for lr in (best * factor, best / factor) if grid[0] <= lr <= grid[-1]]
+    return [k.regret(lr) for lr in (k.best_lr * factor, k.best_lr / factor) if k.runs[0].lr <= lr <= k.runs[-1].lr]
 
 
 def scale_spreads(cs: list[dict], ms: dict[str, dict]) -> dict[str, float]:
     """Per lr scale (`limits`) measurable on all of them, over the configs whose best run trains: the standard
     deviation of log(best grid lr / scale), how tightly the scale follows the optimum up to a constant factor (a
     factor e^sd)."""
-    pairs = [(best_grid_lr(c), limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)) for c in cs]
+    pairs = [(k.best_lr, k.scales) for k in cases(cs, ms)]
     pairs = [(lr, scales) for lr, scales in pairs if lr is not None]
     return {k: float(np.std([math.log(lr / scales[k]) for lr, scales in pairs])) for k in LIMITS
             if all(math.isfinite(scales[k]) and scales[k] > 0 for _, scales in pairs)}
@@ -429,41 +399,21 @@ def seed_floor(cs: list[dict], regret: dict[str, float], preds: dict[str, dict])
     reps = [c for c in cs if "replicate" in c]
     if not reps:
         return {"configs": 0}
-    oracle = [loss_at(c, min(c["replicate"]["runs"], key=run_loss)["point"]["optim.lr"]) - best_loss(c)
-              for c in reps]
-    noise = [abs(run_loss(a) - run_loss(b)) for c in reps
-             for a, b, ta, tb in zip(c["runs"], c["replicate"]["runs"], achieved(c), achieved(c["replicate"]))
+    pairs = [(c["case"], replace(c["case"], runs=grid_runs(c["replicate"]["runs"]))) for c in reps]
+    oracle = [k.regret(min(r.runs, key=lambda x: x.loss).lr) for k, r in pairs]
+    noise = [abs(a.loss - b.loss) for k, r in pairs for a, b, ta, tb in zip(k.runs, r.runs, k.achieved, r.achieved)
              if ta == tb == "trains"]
-    seeds = [pair for c in reps for pair in zip(achieved(c), achieved(c["replicate"]))]
-    ours = [pair for c in reps for pair in zip(achieved(c), preds[c["name"]]["outcomes"])]
+    seeds = [pair for k, r in pairs for pair in zip(k.achieved, r.achieved)]
+    ours = [pair for c in reps for pair in zip(c["case"].achieved, preds[c["name"]]["outcomes"])]
     return {"configs": len(reps), "oracle_median": statistics.median(oracle),
             "oracle_within_005": statistics.mean(v <= 0.05 for v in oracle),
             "advise_median": statistics.median(regret[c["name"]] for c in reps),
             "advise_within_005": statistics.mean(regret[c["name"]] <= 0.05 for c in reps),
             "noise_median": statistics.median(noise) if noise else math.nan,
             "agreement": statistics.mean(t == p for t, p in seeds),
-            "agreement_balanced": statistics.mean(recalls(seeds).values()),
+            "agreement_balanced": balanced_accuracy(seeds),
             "advise_accuracy": statistics.mean(t == p for t, p in ours),
-            "advise_balanced": statistics.mean(recalls(ours).values())}
-
-
-def best_grid_lr(c: dict) -> float | None:
-    """The grid lr of a config's lowest final loss, if that run trains (else None: no optimum to aim at)."""
-    r, t = min(zip(c["runs"], achieved(c)), key=lambda x: run_loss(x[0]))
-    return r["point"]["optim.lr"] if t == "trains" else None
-
-
-def usable_scales(cs: list[dict], ms: dict[str, dict]) -> list[str]:
-    """The lr scales (`LIMITS`) measurable on every config of ``cs``."""
-    return [k for k in LIMITS if all(math.isfinite(limits(_probe(ms[c["name"]]), c["cfg"].optim.beta1)[k])
-                                     for c in cs)]
-
-
-def fitted_best(cs: list[dict], ms: dict[str, dict], rule: Rule, basis: str) -> Rule:
-    """``rule`` read from ``basis``, ``best`` the power of 2^¼ times it (2^-8 to 2^8) with the lowest mean regret
-    on ``cs`` (its interval left wide: the interval does not move the advice)."""
-    wide = replace(rule, basis=basis, lo=2.0 ** -8, hi=2.0 ** 8)
-    return min((replace(wide, best=f) for f in _factors(-8, 8)), key=lambda r: score(cs, ms, r, None)["mean_regret"])
+            "advise_balanced": balanced_accuracy(ours)}
 
 
 def bases_table(cal: list[dict], held: dict[str, list[dict]], ms: dict[str, dict]) -> str:
@@ -474,42 +424,14 @@ def bases_table(cal: list[dict], held: dict[str, list[dict]], ms: dict[str, dict
     sets = {"calibration": cal, **held}
     lines = ["| basis | s.d. of log(best lr / scale), calibration | fitted best | "
              + " | ".join(f"{k}: median / mean regret" for k in sets) + " |", "|---|---|---|" + "---|" * len(sets)]
-    for k in (*usable_scales(cal, ms), WINDOW):
-        r = fitted_best(cal, ms, Rule(), k)
+    for k in (*usable_scales(cases(cal, ms)), WINDOW):
+        r = fitted_best(cases(cal, ms), Rule(), k)
         marks = " (shipped)" if k == Rule().basis else ""
         cells = [f"{x['median_regret']:.3f} / {x['mean_regret']:.3f}" for x in (score(v, ms, r, None)
                                                                                 for v in sets.values())]
         lines.append(f"| {k}{marks} | {f'{spreads[k]:.2f}' if k in spreads else ''} | {r.best:.3g} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def fit(cs: list[dict], ms: dict[str, dict]) -> Rule:
-    """The rule's constants on one set, each chosen on that set's own runs, outcomes first:
-
-    1. ``edge_basis``, ``top`` and ``kappa``: for every lr scale measurable on every config, ``top`` (a power of
-       2^¼ times it), then ``kappa`` (a power of 2^¼), then ``top`` again, each maximising the outcome balanced
-       accuracy; the scale with the highest (ties keep the smaller change, and the scale listed first);
-    2. ``basis`` and ``best``: for every scale and the window √(η_min η_max) of step 1, the power of 2^¼ times it
-       with the lowest mean regret (the advice clipped into that window); the basis with the lowest; [``lo``,
-       ``hi``] the 10 % and 90 % quantiles of best grid lr / that basis over the configs whose best run trains
-       (widened to hold ``best``)."""
-    regret = lambda r: score(cs, ms, r, None)["mean_regret"]
-    bal = lambda r: score(cs, ms, r, None)["balanced"]
-
-    def tuned(k: str) -> Rule:
-        r = Rule(edge_basis=k, top=1.0, kappa=1.0, lo=2.0 ** -8, hi=2.0 ** 8)
-        for name in ("top", "kappa", "top"):
-            now = getattr(r, name)
-            options = sorted((replace(r, **{name: now * f}) for f in _factors(-12, 12)),
-                             key=lambda x: abs(math.log(getattr(x, name) / now)))
-            r = max(options, key=bal)
-        return r
-
-    rule = max((tuned(k) for k in usable_scales(cs, ms)), key=bal)
-    rule = min((fitted_best(cs, ms, rule, k) for k in (*usable_scales(cs, ms), WINDOW)), key=regret)
-    lo, hi = (math.exp(v) for v in np.quantile(_log_ratios(cs, ms, rule), [0.1, 0.9]))
-    return replace(rule, lo=min(lo, rule.best), hi=max(hi, rule.best))
 
 
 def table(sets: dict[str, list[dict]], ms, ranges, steps, rule_cal: Rule, rule_rev: Rule) -> str:
@@ -614,11 +536,11 @@ def claims_table(cs: list[dict], ms: dict[str, dict], ranges: dict[str, dict], s
     for c in cs:
         p, r = s["preds"][c["name"]], ranges[c["name"]]
         lo, hi = p["decision"].interval
-        picks = " / ".join(f"{r[k]:.3g} ({loss_at(c, r[k]) - best_loss(c):.3f})" for k in ("steepest", "min_over_10"))
+        picks = " / ".join(f"{r[k]:.3g} ({c['case'].regret(r[k]):.3f})" for k in ("steepest", "min_over_10"))
         lines.append(f"| {c['name']} | {', '.join(f'{x:g}' for x in c['grid'])} | "
-                     f"{min(c['runs'], key=run_loss)['point']['optim.lr']:g} | {p['recommended']:.3g} "
+                     f"{min(c['case'].runs, key=lambda x: x.loss).lr:g} | {p['recommended']:.3g} "
                      f"[{lo:.3g}, {hi:.3g}] | {s['regret'][c['name']]:.3f} | {picks} | "
-                     f"{' '.join(o[0] for o in achieved(c))} | {' '.join(o[0] for o in p['outcomes'])} |")
+                     f"{' '.join(o[0] for o in c['case'].achieved)} | {' '.join(o[0] for o in p['outcomes'])} |")
     rows = {"configs / (config, lr) points": lambda x: f"{x['configs']} / {x['points']}",
             "advise median / mean regret (nats)": lambda x: f"{x['median_regret']:.3f} / {x['mean_regret']:.3f}",
             "hindsight single lr, median / mean regret":
@@ -678,6 +600,8 @@ def main() -> int:
     ap.add_argument("--claims", action="store_true", help="score the shipped rule on the claims' lr grids")
     ap.add_argument("--bases", action="store_true", help="each lr scale as the basis, fitted on the balanced "
                     "calibration set, scored on its scoring set and the claims' lr grids")
+    ap.add_argument("--table", type=Path, help="also write the balanced split's calibration set as the calibration "
+                    "table `python -m sigprop.advice.fit TABLE --write` fits the shipped rule on")
     args = ap.parse_args()
     if args.claims or args.bases:
         claims, refused = judged_claims()
@@ -699,9 +623,11 @@ def main() -> int:
     texts, rules = [], {}
     for name in SPLITS:
         sets = {k: [c for c in cs if c["set"][name] == k] for k in ("calibration", "scoring")}
-        rules[name] = fit(sets["calibration"], ms)
+        rules[name] = fit(cases(sets["calibration"], ms))
         texts.append(f"#### Split: {SPLITS[name]}\n\n" + table(sets, ms, ranges, steps, rules[name],
-                                                                 fit(sets["scoring"], ms)))
+                                                                 fit(cases(sets["scoring"], ms))))
+    if args.table:
+        save_table(cases([c for c in cs if c["set"]["balanced"] == "calibration"], ms), args.table)
     text = "\n".join(texts)
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "table.md").write_text(text + "\n")
