@@ -27,8 +27,9 @@ Modes:
   function changes.
 * ``dslm``: for a model of scheme ``dslm`` only. The new blocks are those of a fresh model of the new
   depth N (`build_model`, weights drawn from torch's global RNG: seed it for a reproducible growth):
-  DSLM's init for their new layer index and (λ, β) with β² = k/(new branch count). Existing blocks
-  keep their trained weights and their own (λ, β) buffers, frozen at the old depth's values: every
+  DSLM's init and (λ, β) with β² = k/(new branch count), except W_V and W_O, rescaled to DSLM's rule at the
+  attention gain of the grown stack's stream entering each new block (`sigprop.schemes.dslm_growth`). Existing
+  blocks keep their trained weights and their own (λ, β) buffers, frozen at the old depth's values: every
   sublayer keeps λ² + β² = 1, so a unit-variance stream stays one through old and new blocks alike.
 
 Kept in every mode: the embeddings, final norm and head, and every existing block with its residual
@@ -53,6 +54,7 @@ from ..nn import Block
 from ..nn.block import OUTPUT_NORMED
 from ..nn.roles import set_init_std, tag_site
 from ..schemes import Site
+from ..schemes.dslm_growth import set_new_block_gains_
 from .build import build_model
 from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
 
@@ -225,6 +227,8 @@ def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: st
         blocks.append(block)
     grown.stack.blocks = nn.ModuleList(blocks)
     grown.cfg = new_cfg
+    if mode == "dslm":
+        set_new_block_gains_(grown, [slot.new for slot in slots])     # their V/O at the grown stream's gain
     return grown
 
 
