@@ -25,7 +25,7 @@ import torch
 from sigprop.diagnostics import measure
 from sigprop.diagnostics.commands import DiagnoseConfig, random_batch
 from sigprop.models import ModelConfig, build_model
-from sigprop.models.predict import _records, model_chain
+from sigprop.models.predict import model_chain, to_records
 from sigprop.theory.moments import Moments, serial
 from sigprop.theory.moments.causal import position_forward, position_trace
 
@@ -55,7 +55,7 @@ def predicted(cfg: ModelConfig, L: int, pairs: bool) -> tuple[np.ndarray, np.nda
     states = position_trace(chain, exchangeable, m, L, pairs=pairs)
     per = position_forward(chain, exchangeable, L, pairs)[1]
     sublayers = [per[i + 1] for i, lab in enumerate(labels) if lab is not None and lab[1] != "embed"]
-    return (np.array([(r.fwd_var, r.grad_var, r.token_corr) for r in _records(labels, states, "dec")]),
+    return (np.array([(r.fwd_var, r.grad_var, r.token_corr) for r in to_records(labels, states, "dec")]),
             np.array(sublayers))
 
 

@@ -49,9 +49,8 @@ def phases(scheme: str, placement: str | None, layers: int, seq: int) -> list[fl
     Pre-LN stack the forward per pair of positions)."""
     from sigprop.models import ModelConfig, build_model
     from sigprop.models.build import gc_paused
-    from sigprop.models.predict import _backward, model_chain
+    from sigprop.models.predict import model_chain, trace
     from sigprop.schemes import dslm
-    from sigprop.theory.moments import Moments
     from sigprop.theory.moments.tables import functional_table
     cfg = ModelConfig(scheme=scheme, norm_placement=placement, n_layers=layers, **SIZE)
     marks = [time.process_time()]
@@ -65,7 +64,7 @@ def phases(scheme: str, placement: str | None, layers: int, seq: int) -> list[fl
         marks.append(time.process_time())
         _, chain = model_chain(model, seq)
         marks.append(time.process_time())
-        _backward(model.stack, chain, Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0), seq)
+        trace(chain, model.stack.placement, True, seq)
         marks.append(time.process_time())
     return [b - a for a, b in zip(marks, marks[1:])]
 

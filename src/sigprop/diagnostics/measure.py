@@ -8,12 +8,12 @@ softmax entropy and largest logit. The default loss is ⟨output, G⟩ with G ~ 
 ``backward=False`` runs the forward pass alone (no gradient variance); ``stable_ranks=False`` skips the
 stable ranks (an SVD per record), where only the moments are wanted.
 
-On a model that is not a sigprop model, ``blocks`` names the modules to measure (as mup's
-coordinate check does on any model): a module class (or a tuple, list or any iterable of classes), a
-regular expression matched against the qualified module names (``r"transformer\.h\.\d+"``), or a
-predicate ``(name, module) -> bool``. Their outputs (the first element of a tuple output) are the
-records; the selected modules must run in the forward pass (a container such as ``nn.ModuleList``
-never does: select the blocks in it).
+On a model without an adapter (neither a sigprop model nor a supported `transformers` family), ``blocks``
+names the modules to measure (as mup's coordinate check does on any model): a module class (or a tuple, list
+or any iterable of classes), a regular expression matched against the qualified module names
+(``r"transformer\.h\.\d+"``), or a predicate ``(name, module) -> bool``. Their outputs (the first element
+of a tuple output) are the records; the selected modules must run in the forward pass (a container such as
+``nn.ModuleList`` never does: select the blocks in it).
 
 Variances (``fwd_var``, ``grad_var``) are the sample variance over every entry of the tensor
 (batch × tokens × features) with the N − 1 (unbiased) estimator, ``torch.Tensor.var``'s default.
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from contextlib import nullcontext
 from typing import Any, Callable, Union
 
 import torch
 from torch import nn
 
-from ..nn import Attention, Sublayer
+from ..models.adapter import adapter_of
 from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
 
@@ -78,20 +79,15 @@ def _call(model: nn.Module, batch: Any) -> torch.Tensor:
     return model(batch)
 
 
-def _attention_stats(attn: Attention, args: tuple, kwargs: dict) -> tuple[float, float]:
-    with torch.no_grad():
-        q, k, _ = attn.qkv(args[0], kwargs.get("kv"))
-        logits = attn.logits(q, k, kwargs.get("key_mask"))
-        return attention_entropy(logits.softmax(-1)), logits.amax().item()
-
-
 def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
             seed: int = 0, attention_stats: bool = True, blocks: Selector | None = None, backward: bool = True,
             stable_ranks: bool = True) -> list[Record]:
     """Per-sublayer records of ``model`` on ``batch`` (a tensor, a tuple of args or a dict of kwargs).
 
-    Without ``blocks``, modules are found by type: every sigprop `Sublayer` (its ``site`` names
-    stack/layer/kind) and the model's ``embed`` module. With ``blocks`` (module docstring), the
+    Without ``blocks``, the model's adapter (`sigprop.models.adapter.adapter_of`: a sigprop model or a
+    `transformers` model of a supported family) names the records: the stream entering the first block (layer 0,
+    "embed") and the stream after every residual site (stack, layer, kind), attention sites with the entropy
+    and largest logit of the logits the adapter watches. With ``blocks`` (module docstring), the
     selected modules in order: record i (1-based ``layer``) is the i-th selected module, ``sublayer``
     its class name, ``stack`` "model"; no attention statistics. The model's output may be a tensor or
     carry one as ``.logits``/``.last_hidden_state`` or first tuple entry. Gradients are taken w.r.t.
@@ -105,7 +101,7 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         loss_fn: the loss of the model's output whose gradient is measured (default
             `random_projection_loss`, whose output gradient has unit variance).
         seed: seed of the default loss's projection.
-        attention_stats: record each sigprop attention's entropy and largest logit.
+        attention_stats: record each attention sublayer's entropy and largest logit.
         blocks: which modules to record (module docstring); default sigprop's sublayers.
         backward: take the backward pass (``grad_var``); False: the forward alone, under ``torch.no_grad``.
         stable_ranks: record each output's stable rank (an SVD per sequence).
@@ -114,7 +110,7 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         One `Record` per recorded module output, in execution order (layer 0: the embedding).
 
     Raises:
-        ValueError: nothing can be recorded: without ``blocks``, on a model with no sigprop `Sublayer` (pass
+        ValueError: nothing can be recorded: without ``blocks``, on a model no adapter handles (pass
             ``blocks``); with ``blocks``, when none of the selected modules ran in the forward pass or returned
             a tensor (the error names the selected modules); or ``blocks`` of another form, or selecting no
             submodule.
@@ -141,24 +137,24 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
             raise ValueError(_nothing_recorded(model, blocks, chosen, bool(ran)))
         return records_from(outputs, attn_stats, stable_ranks)
 
-    def attn_hook(key: tuple) -> Callable:
-        def hook(module: Attention, args: tuple, kwargs: dict) -> None:
-            attn_stats[key] = _attention_stats(module, args, kwargs)
-        return hook
-
-    sublayers = [m for m in model.modules() if isinstance(m, Sublayer) and hasattr(m, "site")]
-    if not sublayers:
+    try:
+        adapter = adapter_of(model)
+    except ValueError:
         raise ValueError(f"measure: {type(model).__name__} has no sigprop Sublayer to measure; pass blocks= "
-                         f"({SELECTOR_FORMS}) to name the modules whose outputs to record")
-    embed = getattr(model, "embed", None)
-    if isinstance(embed, nn.Module):
-        hooks.append(embed.register_forward_hook(keep((sublayers[0].site.stack, 0, "embed"))))
-    for m in sublayers:
-        key = (m.site.stack, m.site.layer + 1, m.site.sublayer)
-        hooks.append(m.register_forward_hook(keep(key)))
-        if attention_stats and isinstance(m.fn, Attention):
-            hooks.append(m.fn.register_forward_pre_hook(attn_hook(key), with_kwargs=True))
-    backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed, backward)
+                         f"({SELECTOR_FORMS}) to name the modules whose outputs to record") from None
+
+    def sink(key: tuple, logits: torch.Tensor) -> None:
+        attn_stats[key] = attention_entropy(logits.softmax(-1)), logits.amax().item()
+
+    sites = adapter.record_sites(model)
+    embed, embed_is_input = adapter.embedding(model)
+    for key, module, is_input in [((sites[0][0][0], 0, "embed"), embed, embed_is_input),
+                                  *((key, site.out, site.out_is_input) for key, site in sites)]:
+        hook = keep(key)
+        hooks.append(module.register_forward_pre_hook(lambda m, args, hook=hook: hook(m, args, args[0])) if is_input
+                     else module.register_forward_hook(hook))
+    with adapter.watch_logits(model, sink) if attention_stats else nullcontext():
+        backprop(model, lambda: _call(model, batch), hooks, loss_fn, seed, backward)
     return records_from(outputs, attn_stats, stable_ranks)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ from ..nn import Residual, TokenEmbedding, make_activation
 from ..nn.roles import role_of
 from ..schemes import ParamInfo, Site, dslm, get_scheme
 from ..theory.gated import gate_moment, gated_kernel
-from .base import Family, Piece, ResidualSite, linear_pieces, norm_pieces, record_std
+from .base import Family, Piece, ResidualSite, record_std
 from .bert import Bert
 from .gemma3 import Gemma3
 from .gpt2 import GPT2
@@ -220,24 +220,6 @@ def _shape(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
         raise RuntimeError(f"{type(model).__name__} refused attn_implementation {NAME!r}")
 
 
-def _head_pieces(model: nn.Module, seen: dict[int, int]) -> Iterator[Piece]:
-    """Parameters outside the backbone (LM/MLM/classifier heads): Linear/Conv1D weights → ``head``,
-    norms → ``norm``, other vectors named ``bias`` → ``bias``. Parameters already in ``seen`` (tied,
-    e.g. an output head sharing the token embedding) are skipped; ``seen`` is read lazily."""
-    inside = {id(m) for m in model.base_model.modules()}
-    for module in model.modules():
-        if id(module) in inside:
-            continue
-        if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
-            pieces = linear_pieces(module, "head", None)
-        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
-            pieces = norm_pieces(module, None)
-        else:
-            pieces = (Piece(p, "bias", None, tuple(p.shape)) for n, p in module.named_parameters(recurse=False)
-                      if n == "bias" and p.ndim == 1)
-        yield from (p for p in pieces if id(p.param) not in seen)
-
-
 @torch.no_grad()
 def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, int]:
     """Initialize every parameter of ``model`` from its role (bias 0, norm 1, shaping constants as their module
@@ -277,9 +259,7 @@ def initialize(model: nn.Module, family: Family, cfg: ModelConfig) -> dict[str, 
         covered[id(piece.param)] = covered.get(id(piece.param), 0) + piece.tensor.numel()
         counts[piece.role] = counts.get(piece.role, 0) + 1
 
-    for piece in family.pieces(model.base_model):
-        init(piece)
-    for piece in _head_pieces(model, covered):
+    for piece in family.pieces(model):
         init(piece)
     for p in model.parameters():                 # shaping constants (γ₁, γ₂, s₋ under "learn"): set by their module
         if role_of(p) == "constant" and id(p) not in covered:
@@ -302,7 +282,7 @@ def _vo_gains(cfg: ModelConfig, family: Family, stack: str, act: nn.Module) -> l
 def _scale_residuals(model: nn.Module, family: Family, cfg: ModelConfig) -> None:
     scheme = get_scheme(cfg.scheme)
     stack = "dec" if cfg.arch == "decoder" else "enc"
-    for layer, block in enumerate(family.blocks(model.base_model)):
+    for layer, block in enumerate(family.blocks(model)):
         for site in family.sites(block):
             residual = Residual(*scheme.residual(cfg, Site(stack, layer, site.kind)), learnable=cfg.learn_residual,
                                 width=cfg.d_model if scheme.channel_residual else None)

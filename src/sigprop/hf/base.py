@@ -1,65 +1,35 @@
 """What `sigprop.hf` must know about one `transformers` model family, and nothing else.
 
-A `Family` names, on the family's backbone (``model.base_model``): its blocks, the two residual
-sites of each block, every backbone weight with its sigprop role (`sigprop.nn.roles`), the norm
-and activation slots that scheme ``shaped`` replaces, and the `ModelConfig` fields that mirror
-the HF config. `sigprop.hf.apply` does the rest generically. For `sigprop.hf.predict` it maps each
-module type to its moment map (`input_maps`, `branch_maps`, `site_norm`, `out_norm`, `final_norm`, `head_maps`) and
-states the std HF's own init draws each weight with (`hf_init_std`); `sigprop.hf.walk` composes them.
+A `Family` is the family's `sigprop.models.adapter.Adapter`: it names, on the family's backbone
+(``model.base_model``), its blocks, the two residual sites of each block, every weight with its sigprop role
+(`sigprop.nn.roles`), each site's output projections, the norm and activation slots that scheme ``shaped``
+replaces, and the `ModelConfig` fields that mirror the HF config. `sigprop.hf.apply` does the rest generically.
+For `sigprop.hf.predict` it maps each module type to its moment map (`input_maps`, `branch_maps`, `site_norm`,
+`output_norm`, `final_norm`, `head_maps`) and states the std HF's own init draws each weight with
+(`hf_init_std`); `sigprop.hf.walk` composes them.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
+import dataclasses
+from abc import abstractmethod
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 import torch
 from torch import nn
 
+from ..console.errors import UserError
+from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
 from ..nn.maps import zero_bias
+from ..nn.residual import Residual
 from ..nn.roles import init_std_of, set_init_std
+from ..records import Record
 from ..theory.moments.linear import Linear
 from ..theory.moments.state import Component
+from .logits import watch_attention_logits
 
 if TYPE_CHECKING:
     from .walk import Walk
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One weight to initialize: a parameter or a slice of a fused one (GPT-2's ``c_attn``).
-
-    ``shape`` is (fan_out, fan_in) as in `sigprop.schemes.ParamInfo`, whatever the storage
-    layout (GPT-2's Conv1D stores (fan_in, fan_out)).
-    """
-
-    tensor: torch.Tensor
-    role: str
-    layer: int | None
-    shape: tuple[int, ...]
-
-    @property
-    @abstractmethod
-    def param(self) -> torch.Tensor:
-        """The parameter this piece lives in."""
-        return self.tensor if self.tensor._base is None else self.tensor._base
-
-
-@dataclass(frozen=True)
-class ResidualSite:
-    """One residual add ``x + g`` written inside an HF block (Pre-LN: g = f(N(x)); Post-LN: N(x + g)).
-
-    ``skip`` is called with the skip input x as positional argument ``skip_arg``; ``branch``
-    returns g (or a tuple whose first entry is g); the sublayer's output stream is the input
-    (``out_is_input``) or the output of ``out``.
-    """
-
-    kind: str                 # "attn" | "mlp"
-    skip: nn.Module
-    skip_arg: int
-    branch: nn.Module
-    out: nn.Module
-    out_is_input: bool
 
 
 def linear_pieces(module: nn.Module, role: str, layer: int | None) -> Iterator[Piece]:
@@ -74,6 +44,22 @@ def norm_pieces(module: nn.Module, layer: int | None) -> Iterator[Piece]:
     """Gain (role ``norm``) and shift (``bias``) of a LayerNorm/RMSNorm; none once replaced by identity."""
     for name, p in module.named_parameters(recurse=False):
         yield Piece(p, "norm" if name == "weight" else "bias", layer, tuple(p.shape))
+
+
+def head_pieces(model: nn.Module) -> Iterator[Piece]:
+    """Parameters outside the backbone (LM/MLM/classifier heads): Linear/Conv1D weights → ``head``, norms → ``norm``,
+    other vectors named ``bias`` → ``bias``; a head tied to a backbone table is listed under it (`Family.pieces`)."""
+    inside = {id(m) for m in model.base_model.modules()}
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+            yield from linear_pieces(module, "head", None)
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            yield from norm_pieces(module, None)
+        else:
+            yield from (Piece(p, "bias", None, tuple(p.shape)) for n, p in module.named_parameters(recurse=False)
+                        if n == "bias" and p.ndim == 1)
 
 
 def _slice_key(view: torch.Tensor) -> tuple:
@@ -111,8 +97,9 @@ def mirror_activation(name: str) -> str:
     raise ValueError(f"sigprop.hf supports MLP activations ('relu',) + {GELU_LIKE}, got {name!r}")
 
 
-class Family(ABC):
-    """Interface of one model family; subclasses fill every member."""
+class Family(Adapter):
+    """The `Adapter` of one `transformers` family; subclasses fill every abstract member. Methods that take the
+    model accept the backbone too (``model.base_model`` of a backbone is itself)."""
 
     model_types: ClassVar[tuple[str, ...]]   # HF ``config.model_type`` values handled
     placement: ClassVar[str]                 # "pre" | "post" | "out" | "sandwich": where the blocks' norms sit
@@ -126,16 +113,98 @@ class Family(ABC):
         """`ModelConfig` fields (arch, sizes, norm_type, activation, dropout, bias) of the HF config."""
 
     @abstractmethod
-    def blocks(self, base: nn.Module) -> list[nn.Module]:
-        """The transformer blocks, in order."""
+    def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
+        """(parent, attribute) of the backbone's list of transformer blocks."""
 
     @abstractmethod
     def sites(self, block: nn.Module) -> list[ResidualSite]:
         """The block's residual sites in execution order: attention, then MLP."""
 
     @abstractmethod
-    def pieces(self, base: nn.Module) -> Iterator[Piece]:
+    def backbone_pieces(self, base: nn.Module) -> Iterator[Piece]:
         """Every backbone parameter, with its role and block index."""
+
+    def handles(self, model: nn.Module) -> bool:
+        return getattr(getattr(model, "config", None), "model_type", None) in self.model_types
+
+    def norm_placement(self, model: nn.Module) -> str:
+        return self.placement
+
+    def stack(self, model: nn.Module) -> str:
+        return "dec" if self.mirror(model.config)["arch"] == "decoder" else "enc"
+
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        return list(getattr(*self.block_slot(model.base_model)))
+
+    def residual(self, block: nn.Module, kind: str) -> Residual | None:
+        """The `Residual` `sigprop.hf.apply` registered on the block for site ``kind``; None before `apply`."""
+        residual = getattr(block, f"sigprop_{kind}_residual", None)
+        return residual if isinstance(residual, Residual) else None
+
+    def pieces(self, model: nn.Module) -> Iterator[Piece]:
+        """`backbone_pieces`, then the parameters outside the backbone (LM/MLM/classifier heads, `head_pieces`); a
+        piece inside a block carries the model's `stack`."""
+        stack = self.stack(model)
+        seen: set[int] = set()
+        for piece in (*self.backbone_pieces(model.base_model), *head_pieces(model)):
+            if piece.layer is None and id(piece.param) in seen:
+                continue                                # a tied head is the token table
+            seen.add(id(piece.param))
+            yield piece if piece.layer is None else dataclasses.replace(piece, stack=stack)
+
+    def embedding(self, model: nn.Module) -> tuple[nn.Module, bool]:
+        return self.blocks(model)[0], True
+
+    def watch_logits(self, model: nn.Module, sink: LogitsSink) -> AbstractContextManager[None]:
+        stack = self.stack(model)
+        keys = {m: (stack, i + 1, "attn") for i, m in enumerate(self.attentions(model.base_model))}
+        return watch_attention_logits(model, keys, sink)
+
+    def insert_blocks(self, model: nn.Module, blocks: list[nn.Module], sources: list[int]) -> None:
+        """Also renumber each block's ``layer_idx`` (KV cache slots), set ``config.num_hidden_layers`` and, where the
+        config lists ``layer_types`` per block, give each block its source's type."""
+        config = model.config
+        types = getattr(config, "layer_types", None)
+        if isinstance(types, (list, tuple)) and len(types) == len(self.blocks(model)):
+            config.layer_types = [types[s] for s in sources]
+        for j, block in enumerate(blocks):
+            for module in block.modules():
+                if isinstance(getattr(module, "layer_idx", None), int):
+                    module.layer_idx = j
+        setattr(*self.block_slot(model.base_model), nn.ModuleList(blocks))
+        config.num_hidden_layers = len(blocks)
+
+    def check_growth(self, model: nn.Module, mode: str) -> None:
+        if getattr(model, "sigprop_config", None) is not None:
+            raise UserError("grow: this transformers model went through sigprop.hf.apply, whose hooks and residual "
+                            "modules belong to its current blocks; grow the model first, then apply the scheme")
+        if getattr(model.config, "scale_attn_by_inverse_layer_idx", False):
+            raise UserError("grow: config.scale_attn_by_inverse_layer_idx=True scales each GPT-2 block's attention "
+                            "by 1/(its index + 1), so renumbering the blocks would change the existing ones")
+        if mode == "dslm":
+            raise UserError("grow: mode 'dslm' needs a sigprop model of scheme 'dslm'; a transformers model has no "
+                            "sigprop scheme: use mode 'identity' or 'copy'")
+
+    def config(self, model: nn.Module) -> Any:
+        """What `sigprop.hf.apply` returned (``model.sigprop_config``); None before `apply`."""
+        return getattr(model, "sigprop_config", None)
+
+    def vocab_size(self, model: nn.Module) -> int:
+        return int(model.config.vocab_size)
+
+    def chain(self, model: nn.Module, inputs: Any) -> Chain:
+        """`sigprop.hf.walk.Walk.chain` in eval mode over the ids ``inputs[0]``."""
+        from .walk import Walk, in_mode
+
+        ids = inputs[0]
+        with in_mode(model, "eval"):
+            return Walk(model, ids).chain(ids.shape[-1])
+
+    def predict(self, model: nn.Module, inputs: Any) -> list[Record]:
+        """`sigprop.hf.predict` on the ids ``inputs[0]`` (eval mode)."""
+        from .walk import predict
+
+        return predict(model, inputs[0])
 
     @abstractmethod
     def norm_slots(self, base: nn.Module) -> list[tuple[nn.Module, str]]:
@@ -172,11 +241,6 @@ class Family(ABC):
     def site_norm(self, block: nn.Module, kind: str) -> nn.Module:
         """The norm of residual site ``kind``: before the branch (Pre-LN, and N₁ of a sandwich) or after the add
         (Post-LN); nn.Identity where there is none (placement "out")."""
-
-    def out_norm(self, block: nn.Module, kind: str) -> nn.Module:
-        """The norm on the branch output of residual site ``kind`` (placements "out" and "sandwich": x + N(f(·)));
-        nn.Identity where there is none."""
-        return nn.Identity()
 
     def final_norm(self, base: nn.Module) -> nn.Module:
         """The norm after the last block (nn.Identity where there is none)."""

@@ -39,15 +39,18 @@ class Bert(Family):
                     max_seq_len=config.max_position_embeddings, norm_type="layernorm",
                     activation=mirror_activation(config.hidden_act), dropout=config.hidden_dropout_prob, bias=True)
 
-    def blocks(self, base: nn.Module) -> list[nn.Module]:
-        return list(base.encoder.layer)
+    def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
+        return base.encoder, "layer"
+
+    def output_projections(self, block: nn.Module, kind: str) -> list[nn.Module]:
+        return [block.attention.output.dense if kind == "attn" else block.output.dense]
 
     def sites(self, block: nn.Module) -> list[ResidualSite]:
         attn_out, mlp_out = block.attention.output, block.output
         return [ResidualSite("attn", attn_out, 1, attn_out.dropout, attn_out, out_is_input=False),
                 ResidualSite("mlp", mlp_out, 1, mlp_out.dropout, mlp_out, out_is_input=False)]
 
-    def pieces(self, base: nn.Module) -> Iterator[Piece]:
+    def backbone_pieces(self, base: nn.Module) -> Iterator[Piece]:
         emb = base.embeddings
         yield Piece(emb.word_embeddings.weight, "embed", None, tuple(emb.word_embeddings.weight.shape))
         for table in (emb.position_embeddings, emb.token_type_embeddings):

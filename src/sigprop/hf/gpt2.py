@@ -39,14 +39,21 @@ class GPT2(Family):
                     norm_type="layernorm", activation=mirror_activation(config.activation_function),
                     dropout=config.resid_pdrop, bias=True)
 
-    def blocks(self, base: nn.Module) -> list[nn.Module]:
-        return list(base.h)
+    def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
+        return base, "h"
+
+    def output_projections(self, block: nn.Module, kind: str) -> list[nn.Module]:
+        """``attn.c_proj`` (and a cross-attention's ``c_proj``, whose add sits in the same block) or ``mlp.c_proj``."""
+        if kind == "mlp":
+            return [block.mlp.c_proj]
+        cross = getattr(block, "crossattention", None)
+        return [block.attn.c_proj] + ([] if cross is None else [cross.c_proj])
 
     def sites(self, block: nn.Module) -> list[ResidualSite]:
         return [ResidualSite("attn", block.ln_1, 0, block.attn, block.ln_2, out_is_input=True),
                 ResidualSite("mlp", block.ln_2, 0, block.mlp, block, out_is_input=False)]
 
-    def pieces(self, base: nn.Module) -> Iterator[Piece]:
+    def backbone_pieces(self, base: nn.Module) -> Iterator[Piece]:
         yield Piece(base.wte.weight, "embed", None, tuple(base.wte.weight.shape))
         yield Piece(base.wpe.weight, "pos", None, tuple(base.wpe.weight.shape))
         for layer, block in enumerate(base.h):
@@ -104,7 +111,7 @@ class GPT2(Family):
         return block.ln_1 if kind == "attn" else block.ln_2
 
     def final_norm(self, base: nn.Module) -> nn.Module:
-        return base.ln_f
+        return base.base_model.ln_f
 
 
 def qkv_pieces(attn: nn.Module, layer: int | None) -> Iterator[Piece]:

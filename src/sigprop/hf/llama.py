@@ -65,8 +65,11 @@ class Llama(Family):
                     norm_type="rmsnorm", activation="gelu", dropout=0.0,
                     bias=bool(getattr(config, "attention_bias", False)), qk_norm=self.qk_norms)
 
-    def blocks(self, base: nn.Module) -> list[nn.Module]:
-        return list(base.layers)
+    def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
+        return base, "layers"
+
+    def output_projections(self, block: nn.Module, kind: str) -> list[nn.Module]:
+        return [block.self_attn.o_proj if kind == "attn" else block.mlp.down_proj]
 
     def _norm(self, block: nn.Module, kind: str, where: int) -> nn.Module | None:
         name = self.site_norms[kind][where]
@@ -87,7 +90,7 @@ class Llama(Family):
         norms = [getattr(block, name) for kind in ("attn", "mlp") for name in self.site_norms[kind] if name]
         return norms + ([block.self_attn.q_norm, block.self_attn.k_norm] if self.qk_norms else [])
 
-    def pieces(self, base: nn.Module) -> Iterator[Piece]:
+    def backbone_pieces(self, base: nn.Module) -> Iterator[Piece]:
         yield Piece(base.embed_tokens.weight, "embed", None, tuple(base.embed_tokens.weight.shape))
         for layer, block in enumerate(base.layers):
             attn, mlp = block.self_attn, block.mlp
@@ -157,12 +160,12 @@ class Llama(Family):
         norm = self._norm(block, kind, 0)
         return nn.Identity() if norm is None else norm
 
-    def out_norm(self, block: nn.Module, kind: str) -> nn.Module:
+    def output_norm(self, block: nn.Module, kind: str) -> nn.Module:
         norm = self._norm(block, kind, 1)
         return nn.Identity() if norm is None else norm
 
     def final_norm(self, base: nn.Module) -> nn.Module:
-        return base.norm
+        return base.base_model.norm
 
 
 def _rope(kind: str, inv_freq: torch.Tensor, scaling: float, head_dim: int) -> tuple[tuple[float, ...], float]:

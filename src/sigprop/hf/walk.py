@@ -13,7 +13,7 @@ norm and dropout: the stream entering the first block, record layer 0), `Family.
 or MLP branch of one residual site, its dropout included), `Family.site_norm`, `Family.final_norm` and
 `Family.head_maps` (what lies between the last block and the output `diagnose` differentiates). The chain
 composes them like `sigprop.nn.Sublayer`: Pre-LN x ← αx + βD(f(N(x))), Post-LN x ← N(αx + βD(f(x)))
-(`PostNormResidual`, its input a previous norm's output), a norm on the branch output (`Family.out_norm`: OLMo 2's
+(`PostNormResidual`, its input a previous norm's output), a norm on the branch output (`Family.output_norm`: OLMo 2's
 x ← αx + βN(f(x)), Gemma's sandwich x ← αx + βN₂(f(N₁(x)))) is its map on f's output moments, as in `Sublayer`,
 and a norm replaced by the identity (``shaped``) drops out. Backward: from logits with unit gradient variance, as
 `diagnose`'s random-projection loss; a causal stack as `sigprop.models.predict` traces a decoder, a bidirectional
@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from ..models.predict import _backward, _records
-from ..nn import Residual as ResidualModule
+from ..models.predict import to_records, trace
+from ..nn.block import sublayer_map
 from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
 from ..records import Record
 from ..theory.moments.attention import Attention
@@ -42,9 +41,7 @@ from ..theory.moments.dropout import Dropout
 from ..theory.moments.linear import Linear
 from ..theory.moments.norm import LayerNorm, RMSNorm
 from ..theory.moments.pointwise import GeLU, Smooth
-from ..theory.moments.postnorm import PostNormResidual, trace_bwd
-from ..theory.moments.residual import Residual
-from ..theory.moments.state import Component, Moments, replace
+from ..theory.moments.state import Component, Mixing, Moments, replace
 from .apply import family_of
 from .base import recorded_std
 
@@ -162,21 +159,16 @@ class Walk:
         normalized = _normalized(inputs)
         sites = [(i, block, site.kind) for i, block in enumerate(family.blocks(base)) for site in family.sites(block)]
         for n, (i, block, kind) in enumerate(sites):
-            residual = getattr(block, f"sigprop_{kind}_residual", None)
-            alpha, beta = residual.values() if isinstance(residual, ResidualModule) else (1.0, 1.0)
+            residual = family.residual(block, kind)
+            alpha, beta = residual.values() if residual is not None else (1.0, 1.0)
             branch = [c for c in family.branch_maps(self, block, kind, L) if c is not None]
             norm = self.component(family.site_norm(block, kind), f"layer {i} {kind} norm")
-            out = self.component(family.out_norm(block, kind), f"layer {i} {kind} output norm")
-            if norm is None or family.placement != "post":
-                chain.append(Residual(alpha, beta, serial(*(c for c in (norm, *branch, out) if c is not None))))
-            else:
-                if n == 0 and normalized is None:
-                    raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
-                                              "norm's input is neither normalized nor Gaussian")
-                centered = isinstance(norm, LayerNorm)
-                align = (2.0 if centered else 1.0) if n == len(sites) - 1 else 0.0
-                chain.append(PostNormResidual(alpha, beta, serial(*branch), norm.d, centered,
-                                              normalized_input=n > 0 or normalized, upstream_align=align))
+            out = self.component(family.output_norm(block, kind), f"layer {i} {kind} output norm")
+            if n == 0 and normalized is None and norm is not None and family.placement == "post":
+                raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
+                                          "norm's input is neither normalized nor Gaussian")
+            chain.append(sublayer_map(alpha, beta, family.placement, branch, norm, out,
+                                      normalized_input=n > 0 or bool(normalized), last=n == len(sites) - 1))
             labels.append((i + 1, kind))
         tail = [c for c in (self.component(family.final_norm(base), "final norm"),) if c is not None]
         tail += [c for c in family.head_maps(self, self.model) if c is not None]
@@ -202,6 +194,10 @@ class SmallEpsilon:
             raise NotImplementedError(f"{self.what}: its eps {self.eps:g} is not negligible against its input's mean "
                                       f"square {square:.3g}; the RMSNorm map is the eps → 0 one")
         return m
+
+    def token_mixing(self) -> Mixing:
+        """Tokenwise: its check reads each position's own input (`sigprop.theory.moments.state.Mixing`)."""
+        return Mixing.TOKENWISE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         self.fwd(m_in)
@@ -264,12 +260,8 @@ def predict(model: nn.Module, batch: Any, mode: str = "eval") -> list[Record]:
         NotImplementedError: a module, option or input without an exact map, named.
     """
     walk = Walk(model, batch)
-    stack = "dec" if walk.family.mirror(model.config)["arch"] == "decoder" else "enc"
+    stack = walk.family.stack(model)
     L = walk.ids.shape[-1]
     with in_mode(model, mode):
         labels, chain = walk.chain(L)
-    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
-    if stack == "dec":
-        return _records(labels, _backward(SimpleNamespace(placement=walk.family.placement), chain, m_in, g_out, L),
-                        stack)
-    return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), stack)
+    return to_records(labels, trace(chain, walk.family.placement, stack == "dec", L), stack)

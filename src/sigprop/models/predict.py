@@ -53,7 +53,6 @@ from ..theory.moments.residual import Residual
 from ..theory.moments.state import Component, Moments, ratio, replace
 from .build import build_model, gc_paused
 from .config import ModelConfig
-from .stack import Stack
 from .transformer import Chain, DecoderLM, EncoderDecoder, Label, ViT
 
 COLLAPSED_CORR = 0.9    # a Post-LN decoder whose token correlation reaches this takes the per-position backward
@@ -128,21 +127,30 @@ def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | 
     return Residual(0.0, sub.beta, to_memory).bwd(view.memory, g_out)
 
 
-def _records(labels: list[Label], states: list[Moments], stack: str) -> list[Record]:
+START = Moments(0.0, 1.0, 0.0)                                      # the embedding's input, as `measure`'s
+START_GRAD = Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)    # ∂loss/∂output of the default loss
+
+
+def to_records(labels: list[Label], states: list[Moments], stack: str) -> list[Record]:
+    """Predicted records of stack ``stack``: one per labelled map output (``states`` starts with the chain's input)."""
     return [Record(layer=lab[0], sublayer=lab[1], stack=stack, source="predicted", fwd_mean=m.mean,
                    fwd_var=m.var, token_corr=m.corr, grad_var=m.grad_var)
             for lab, m in zip(labels, states[1:]) if lab is not None]
 
 
-def _backward(stack: Stack, chain: list[Component], m_in: Moments, g_out: Moments, L: int) -> list[Moments]:
-    """The forward and backward trace of a causal ``stack``'s chain from ``m_in`` and ``g_out``: per position
-    (`causal`; forward per pair of positions where `pairs_cover` accepts the chain), except for a Post-LN stack
-    outside it whose token correlation stays below COLLAPSED_CORR, which takes the exchangeable maps
-    (`trace_bwd`)."""
+def trace(chain: list[Component], placement: str, causal: bool, L: int, m_in: Moments = START,
+          g_out: Moments = START_GRAD) -> list[Moments]:
+    """The forward and backward trace of a stack's ``chain`` (norm ``placement``, ``L`` tokens) from ``m_in`` and
+    ``g_out``: the input, then each map's output, with its gradient. Bidirectional: the exchangeable maps
+    (`trace_bwd`). Causal: per position (`causal`; forward per pair of positions where `pairs_cover` accepts the
+    chain), except for a Post-LN stack outside it whose token correlation stays below COLLAPSED_CORR, which takes
+    the exchangeable maps."""
+    if not causal:
+        return trace_bwd(chain, serial(*chain).trace(m_in), g_out)
     if pairs_cover(chain, L):
         return position_trace(chain, [m_in], g_out, L)
     states = serial(*chain).trace(m_in)
-    if stack.placement != "post" or max(m.corr for m in states) >= COLLAPSED_CORR:
+    if placement != "post" or max(m.corr for m in states) >= COLLAPSED_CORR:
         return position_trace(chain, states, g_out, L)
     return trace_bwd(chain, states, g_out)
 
@@ -157,7 +165,7 @@ def encdec_trace(model: EncoderDecoder, L: int, collision: float, m_in: Moments,
     enc_fwd = serial(*enc_chain).trace(m_in)
     memory = enc_fwd[-1]
     dec_labels, dec_chain = model.moment_chain(L, collision, memory)
-    dec = _backward(model.decoder, dec_chain, m_in, g_out, L)
+    dec = trace(dec_chain, model.decoder.placement, True, L, m_in, g_out)
     var = cov = 0.0
     for sub, m, g in zip(dec_chain, dec[:-1], dec[1:]):
         gm = memory_gradient(sub, m, g)
@@ -222,12 +230,10 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
 def _predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None, token_collision: float | None
              ) -> list[Record]:
     model = _as_model(model_or_cfg)
-    m_in, g_out = Moments(0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, grad_var=1.0, grad_corr=0.0)
     L, collision = _defaults(model, seq_len, token_collision)
     if isinstance(model, EncoderDecoder):
-        enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, m_in, g_out)
-        return _records(enc_labels, enc, "enc") + _records(dec_labels, dec, "dec")
+        enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, START, START_GRAD)
+        return to_records(enc_labels, enc, "enc") + to_records(dec_labels, dec, "dec")
     labels, chain = model_chain(model, seq_len, token_collision)
-    if isinstance(model, DecoderLM):
-        return _records(labels, _backward(model.stack, chain, m_in, g_out, L), "dec")
-    return _records(labels, trace_bwd(chain, serial(*chain).trace(m_in), g_out), "enc")
+    causal = isinstance(model, DecoderLM)
+    return to_records(labels, trace(chain, model.stack.placement, causal, L), "dec" if causal else "enc")

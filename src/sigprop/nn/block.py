@@ -11,6 +11,8 @@ Block: self-attention sublayer, optional cross-attention sublayer, MLP sublayer.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -74,28 +76,37 @@ class Sublayer(nn.Module):
 
     def moment_map(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None,
                    first: bool = False, last: bool = False) -> Component:
-        """This residual site's moment map over ``L`` tokens (``memory``: see `Attention.moment_map`):
-          pre:  Residual(α, β, N · f · D);   none: Residual(α, β, f · D);
-          out:  Residual(α, β, f · N · D);   sandwich: Residual(α, β, N₁ · f · N₂ · D): a norm on the branch
-                output is its map on f's output moments (variance 1, correlation its mean cosine; backward ÷ f's
-                variance), exact as for a norm on the stream;
-          post: PostNormResidual(α, β, f · D) with the norm's O(1/d) effects (`sigprop.theory.moments.postnorm`):
-                its input is a previous norm's output unless ``first`` (the stack's first site), and the
-                ``last`` site's gradient comes through a random linear map (the head), whose alignment with
-                the normalized output it carries (2 for LayerNorm, 1 for RMSNorm).
-        α, β are the residual's current values; f reads its own weights (`sigprop.nn.maps`)."""
+        """This residual site's moment map over ``L`` tokens (``memory``: see `Attention.moment_map`), composed by
+        `sublayer_map` from the residual's current α, β, the maps of its norms and dropout, and f's map read off its
+        own weights (`sigprop.nn.maps`); ``first``: the stack's first site (its input is no norm's output), ``last``:
+        its last (its gradient comes through the head)."""
         alpha, beta = self.residual.values()
         fn = self.fn.moment_map(L, memory, memory_len) if isinstance(self.fn, Attention) else self.fn.moment_map()
-        out = [] if self.out_norm is None else [component_of(self.out_norm, "branch output norm")]
-        branch = [*parts(fn), *out, component_of(self.drop, "sublayer dropout")]
-        if self.norm is None:
-            return ResidualMap(alpha, beta, serial(*branch))
-        norm = component_of(self.norm, "sublayer norm")
-        if self.placement in INPUT_NORMED:
-            return ResidualMap(alpha, beta, serial(norm, *branch))
-        centered = isinstance(norm, LayerNormMap)
-        return PostNormResidual(alpha, beta, serial(*branch), norm.d, centered, normalized_input=not first,
-                                upstream_align=(2.0 if centered else 1.0) if last else 0.0)
+        norm = None if self.norm is None else component_of(self.norm, "sublayer norm")
+        out = None if self.out_norm is None else component_of(self.out_norm, "branch output norm")
+        return sublayer_map(alpha, beta, self.placement, parts(fn), norm, out,
+                            component_of(self.drop, "sublayer dropout"), normalized_input=not first, last=last)
+
+
+def sublayer_map(alpha: float, beta: float, placement: str, branch: Sequence[Component], norm: Component | None = None,
+                 out_norm: Component | None = None, dropout: Component | None = None, normalized_input: bool = True,
+                 last: bool = False) -> Component:
+    """The moment map of one residual site, for every model family: f = ``branch`` (its maps in order), then the
+    branch-output norm ``out_norm`` and the ``dropout`` D (None: absent), ``norm`` the site's norm (None: none, or
+    removed):
+      pre, sandwich: Residual(α, β, N · f · N₂ · D);   none, out: Residual(α, β, f · N₂ · D);
+      post: PostNormResidual(α, β, f · D) with the norm's O(1/d) effects (`sigprop.theory.moments.postnorm`): its input
+            is a previous norm's output if ``normalized_input``, and the ``last`` site's gradient comes through a
+            random linear map (the head), whose alignment with the normalized output it carries (2 for LayerNorm,
+            1 for RMSNorm).
+    A norm on the branch output is its map on f's output moments (variance 1, correlation its mean cosine;
+    backward ÷ f's variance), exact as for a norm on the stream."""
+    f = [*branch, *(c for c in (out_norm, dropout) if c is not None)]
+    if norm is None or placement != "post":
+        return ResidualMap(alpha, beta, serial(*([] if norm is None else [norm]), *f))
+    centered = isinstance(norm, LayerNormMap)
+    return PostNormResidual(alpha, beta, serial(*f), norm.d, centered, normalized_input=normalized_input,
+                            upstream_align=(2.0 if centered else 1.0) if last else 0.0)
 
 
 class Block(nn.Module):

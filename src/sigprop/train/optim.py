@@ -15,23 +15,44 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..nn.roles import role_of, site_of
+from ..models.adapter import adapter_of
+from ..nn.roles import role_of
 from ..schemes import OptimRule, ParamInfo, get_scheme
 from .config import OptimConfig
 
 
 def param_rules(model: nn.Module, model_cfg: Any) -> list[tuple[str, nn.Parameter, OptimRule]]:
-    """(name, parameter, rule) of every trainable parameter of ``model`` (built from ``model_cfg``)."""
-    scheme = get_scheme(model_cfg.scheme)
+    """(name, parameter, rule) of every trainable parameter of ``model``, in ``named_parameters`` order: the rule of
+    ``model_cfg``'s scheme for the role, stack and block of each of the model's pieces (`Adapter.pieces`: a sigprop
+    model's role tags, a `transformers` family's piece map). A parameter no piece names (a module `sigprop.hf.apply`
+    added: trainable residual or shaping scalars) takes its role tag, outside any block.
+
+    Raises:
+        ValueError: a fused parameter (GPT-2's ``c_attn``) whose pieces have different rules (it is one tensor to
+            the optimizer), or a model no adapter handles.
+        RuntimeError: a parameter with neither a piece nor a role tag.
+    """
+    adapter, scheme = adapter_of(model), get_scheme(model_cfg.scheme)
+
+    def rule_of(role: str, stack: str | None, layer: int | None, shape: tuple[int, ...]) -> OptimRule:
+        return scheme.optim(model_cfg, ParamInfo(role, stack if layer is not None else None, layer, shape))
+
+    rules: dict[int, OptimRule] = {}
+    for piece in adapter.pieces(model):
+        rule, key = rule_of(piece.role, piece.stack, piece.layer, piece.shape), id(piece.param)
+        if rules.setdefault(key, rule) != rule:
+            name = next(n for n, p in model.named_parameters() if id(p) == key)
+            raise ValueError(f"parameter {name!r} is fused from pieces with different optimizer rules "
+                             f"({rules[key]} vs {rule}); it cannot have one learning rate")
     out = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        role = role_of(p)
-        if role is None:
-            raise RuntimeError(f"parameter {name!r} has no role tag; its optimizer rule is unknown")
-        stack, layer = site_of(p) or (None, None)
-        out.append((name, p, scheme.optim(model_cfg, ParamInfo(role, stack, layer, tuple(p.shape)))))
+        if id(p) not in rules:
+            if role_of(p) is None:
+                raise RuntimeError(f"parameter {name!r} has no role in the {type(adapter).__name__} piece map")
+            rules[id(p)] = rule_of(role_of(p), None, None, tuple(p.shape))
+        out.append((name, p, rules[id(p)]))
     return out
 
 

@@ -1,0 +1,146 @@
+"""The `Adapter` of sigprop's own models (`build_model`): every answer read off `Stack` and `Sublayer`.
+
+A block's residual sites are its `Sublayer` modules (self-attention, cross-attention, MLP), each its own skip,
+branch and output; their α, β live in the sublayer's `sigprop.nn.Residual`, their output projections are the
+attention's ``o_proj`` and the MLP's ``fc2``, every parameter carries the role and site tags it was built with
+(`sigprop.nn.roles`). An encoder–decoder's stacks are both recorded and traced; `blocks` and growth read the stack
+that starts at the embedding (the encoder's), and growth refuses it (two depths).
+"""
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from ..console.errors import UserError
+from ..nn import Attention, Block, Sublayer
+from ..nn.residual import Residual
+from ..nn.roles import role_of, site_of, tag_site
+from ..records import Record
+from ..schemes import Site
+from .adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
+from .build import ARCHITECTURES, build_model
+from .config import ModelConfig
+from .predict import encoder_chain, model_chain, predict
+from .stack import Stack
+
+SUBLAYERS = ("attn", "cross", "mlp")
+OUTPUT_PROJECTIONS = {"attn": "o_proj", "cross": "o_proj", "mlp": "fc2"}   # sublayer -> the attribute of its fn
+
+
+def sublayers(block: Block) -> list[tuple[str, Sublayer]]:
+    """(kind, sublayer) of every residual site of ``block``, in execution order."""
+    return [(kind, getattr(block, kind)) for kind in SUBLAYERS if getattr(block, kind) is not None]
+
+
+class Native(Adapter):
+    """sigprop's `DecoderLM`, `EncoderMLM`, `EncoderDecoder` and `ViT`."""
+
+    def handles(self, model: nn.Module) -> bool:
+        return isinstance(model, tuple(ARCHITECTURES.values()))
+
+    def stacks(self, model: nn.Module) -> list[Stack]:
+        """The model's stacks in forward order (an encoder–decoder: encoder, decoder)."""
+        return [m for m in model.children() if isinstance(m, Stack)]
+
+    def norm_placement(self, model: nn.Module) -> str:
+        return self.stacks(model)[0].placement
+
+    def stack(self, model: nn.Module) -> str:
+        return self.stacks(model)[0].blocks[0].attn.site.stack
+
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        return list(self.stacks(model)[0].blocks)
+
+    def record_sites(self, model: nn.Module) -> list[tuple[tuple[str, int, str], ResidualSite]]:
+        return [((sub.site.stack, sub.site.layer + 1, kind), site) for stack in self.stacks(model)
+                for block in stack.blocks for site, (kind, sub) in zip(self.sites(block), sublayers(block))]
+
+    def sites(self, block: nn.Module) -> list[ResidualSite]:
+        return [ResidualSite(kind, sub, 0, sub.fn, sub, out_is_input=False) for kind, sub in sublayers(block)]
+
+    def residual(self, block: nn.Module, kind: str) -> Residual | None:
+        return getattr(block, kind).residual
+
+    def pieces(self, model: nn.Module) -> Iterator[Piece]:
+        for name, p in model.named_parameters():
+            role = role_of(p)
+            if role is None:
+                raise RuntimeError(f"parameter {name!r} has no role tag; tag it where it is built")
+            stack, layer = site_of(p) or (None, None)
+            yield Piece(p, role, layer, tuple(p.shape), stack)
+
+    def output_projections(self, block: nn.Module, kind: str) -> list[nn.Module]:
+        return [getattr(getattr(block, kind).fn, OUTPUT_PROJECTIONS[kind])]
+
+    def output_norm(self, block: nn.Module, kind: str) -> nn.Module:
+        norm = getattr(block, kind).out_norm
+        return nn.Identity() if norm is None else norm
+
+    def final_norm(self, model: nn.Module) -> nn.Module:
+        return self.stacks(model)[0].final_norm
+
+    def embedding(self, model: nn.Module) -> tuple[nn.Module, bool]:
+        return model.embed, False
+
+    @contextmanager
+    def watch_logits(self, model: nn.Module, sink: LogitsSink) -> Iterator[None]:
+        def hook(key: tuple[str, int, str]):
+            def pre(attn: Attention, args: tuple, kwargs: dict) -> None:
+                with torch.no_grad():
+                    q, k, _ = attn.qkv(args[0], kwargs.get("kv"))
+                    sink(key, attn.logits(q, k, kwargs.get("key_mask")))
+            return pre
+
+        handles = [site.branch.register_forward_pre_hook(hook(key), with_kwargs=True)
+                   for key, site in self.record_sites(model) if isinstance(site.branch, Attention)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def insert_blocks(self, model: nn.Module, blocks: list[nn.Module], sources: list[int]) -> None:
+        stack = self.stacks(model)[0]
+        name = self.stack(model)
+        for j, block in enumerate(blocks):
+            tag_site(block, name, j)
+            for kind, sub in sublayers(block):
+                sub.site = Site(name, j, kind)
+        stack.blocks = nn.ModuleList(blocks)
+        model.cfg = dataclasses.replace(model.cfg, n_layers=len(blocks))
+
+    def check_growth(self, model: nn.Module, mode: str) -> None:
+        cfg = model.cfg
+        if len(self.stacks(model)) > 1:
+            raise UserError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
+                            "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
+        if mode == "dslm" and cfg.scheme != "dslm":
+            raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
+                            f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
+
+    def fresh_blocks(self, model: nn.Module, n_layers: int) -> list[nn.Module]:
+        sample = next(model.parameters())
+        fresh = build_model(dataclasses.replace(model.cfg, n_layers=n_layers))
+        return list(self.stacks(fresh)[0].blocks.to(sample.device, sample.dtype))
+
+    def config(self, model: nn.Module) -> ModelConfig:
+        return model.cfg
+
+    def vocab_size(self, model: nn.Module) -> int:
+        return int(model.cfg.vocab_size)
+
+    def chain(self, model: nn.Module, inputs: Any) -> Chain:
+        L = inputs[0].shape[-1]
+        if len(self.stacks(model)) > 1:
+            return encoder_chain(model, seq_len=L)
+        return model_chain(model, seq_len=L)
+
+    def predict(self, model: nn.Module, inputs: Any) -> list[Record]:
+        return predict(model, seq_len=inputs[0].shape[-1])
+
+
+NATIVE = Native()
