@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from sigprop.diagnostics.measure import output_tensor
-from sigprop.theory.moments import causal
+from sigprop.theory.moments import causal_attention
 from sigprop.train import Callback, read_jsonl
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -146,8 +146,8 @@ NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 def shared_keys_on_every_pair(G: np.ndarray, n: np.ndarray, c: float) -> np.ndarray:
     """c·Uᵀ G_off U (G_off: G without its diagonal): two causal rows' same-key weight covariance c put on every pair
     of keys they read, without the −c/(n − 1) each row's sum to 1 puts on two different shared keys
-    (`causal._shared_keys`, same signature, which this replaces to show what that compensation holds)."""
-    return c * causal._times_u(causal._times_u(G - np.diag(np.diag(G)), n).T, n).T
+    (`causal_attention._shared_keys`, same signature, which this replaces to show what that compensation holds)."""
+    return c * causal_attention._times_u(causal_attention._times_u(G - np.diag(np.diag(G)), n).T, n).T
 
 
 def gpt2(layers: int, d: int = 32, **kw) -> torch.nn.Module:

@@ -17,8 +17,21 @@ import torch
 from helpers import shared_keys_on_every_pair
 from sigprop.models import ModelConfig, build_model
 from sigprop.models.predict import encoder_chain, model_chain, predict
-from sigprop.theory.moments import Attention, Dropout, LayerNorm, Moments, PostNormResidual, Residual, causal, serial
-from sigprop.theory.moments.causal import pair_forward, position_bwd, position_trace, value_mix
+from sigprop.theory.moments import (
+    Attention,
+    Dropout,
+    LayerNorm,
+    Moments,
+    PostNormResidual,
+    Residual,
+    causal,
+    causal_attention,
+    covariances,
+    pairs,
+    serial,
+)
+from sigprop.theory.moments.causal import pair_forward, position_bwd, position_trace
+from sigprop.theory.moments.causal_attention import value_mix
 from sigprop.theory.moments.postnorm import VO_KURTOSIS
 
 D, H, L, N = 32, 2, 8, 3000
@@ -236,13 +249,13 @@ def test_pair_forward_interpolation_is_converged(monkeypatch: pytest.MonkeyPatch
     cfg = ModelConfig(arch="decoder", scheme="vanilla", vocab_size=256, d_model=64, n_heads=4, n_layers=6,
                       max_seq_len=64)
     records = {}
-    for n in (causal.PAIR_NODES, 7):
+    for n in (pairs.PAIR_NODES, 7):
         nodes = np.polynomial.chebyshev.chebpts1(n)
-        monkeypatch.setattr(causal, "PAIR_NODES", n)
-        monkeypatch.setattr(causal, "_CHEB", nodes)
-        monkeypatch.setattr(causal, "_CHEB_INV", np.linalg.inv(np.vander(nodes, n, increasing=True)))
+        monkeypatch.setattr(pairs, "PAIR_NODES", n)
+        monkeypatch.setattr(pairs, "_CHEB", nodes)
+        monkeypatch.setattr(pairs, "_CHEB_INV", np.linalg.inv(np.vander(nodes, n, increasing=True)))
         records[n] = np.array([(r.fwd_var, r.token_corr, r.grad_var) for r in predict(cfg)])
-    assert np.abs(records[causal.PAIR_NODES] / records[7] - 1).max() < 2e-4
+    assert np.abs(records[pairs.PAIR_NODES] / records[7] - 1).max() < 2e-4
 
 
 L16 = 16
@@ -302,9 +315,9 @@ def sublayer_bwd(sub: Residual | PostNormResidual, C: np.ndarray, G: np.ndarray,
     """The gradient covariance over positions at the sublayer's input from G at its output, with the branch traced
     per pair of positions from C (`_branch_pairs`): each causal row at its own key spread, or (``spreads=False``)
     every row at the input's."""
-    var, cov = causal._position_means(C)
+    var, cov = covariances.position_means(C)
     m = Moments(0.0, 1.0 if isinstance(sub, PostNormResidual) else var, cov / var)
-    _, within, found = causal._branch_pairs(sub.branch, m, C)
+    _, within, found = pairs._branch_pairs(sub.branch, m, C)
     return position_bwd(sub, m, G, np.diagonal(C).copy(), within, found if spreads else None)
 
 
@@ -348,8 +361,8 @@ def test_rows_sharing_a_key_carry_correlated_gradients(post: bool, monkeypatch: 
     assert abs(pred.mean() / emp.mean() - 1) < 0.025, pred.mean() / emp.mean()
     assert se_between < 0.01 * emp_between                          # measured: 0.6 %
     assert abs(between(full) / emp_between - 1) < 0.02, between(full) / emp_between
-    monkeypatch.setattr(causal, "_shared_keys", shared_keys_on_every_pair)
+    monkeypatch.setattr(causal_attention, "_shared_keys", shared_keys_on_every_pair)
     assert between(sublayer_bwd(sub, C, G)) / emp_between > 1.04
-    monkeypatch.setattr(causal, "row_pair_excess", lambda pairs: 0.0)
+    monkeypatch.setattr(causal_attention, "row_pair_excess", lambda pairs: 0.0)
     independent = np.diag(sublayer_bwd(sub, C, G))
     assert independent.mean() / emp.mean() < 0.96, independent.mean() / emp.mean()

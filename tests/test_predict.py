@@ -27,7 +27,7 @@ from sigprop.models import ModelConfig, build_model
 from sigprop.models.predict import encoder_chain, model_chain, predict
 from sigprop.records import Record
 from sigprop.theory import moments
-from sigprop.theory.moments import Attention, Moments, blocks, causal, norm, tables
+from sigprop.theory.moments import Attention, Moments, blocks, causal_attention, norm, tables
 from sigprop.theory.moments.tables import (
     BETA_MAX,
     PAIR_KEYS,
@@ -241,14 +241,14 @@ def test_preln_bottom_gradient_matches_measured(measured, monkeypatch: pytest.Mo
     """The median over the stack's points hides its bottom, where the standard Pre-LN norms multiply the gradient
     by ~d/2 (the embedding's variance is 2/d): the embedding's and the first three blocks' gradient within 4 s.e. +
     5 %. With two causal rows' same-key weight covariance put on every pair of keys they read (instead of the
-    row-sum compensation on different shared keys, `causal._shared_keys`) the embedding's and the first block's
-    are 42–72 % high, beyond it (bench/preln_bottom.py: 81 % at the embedding against 64 other networks)."""
+    row-sum compensation on different shared keys, `causal_attention._shared_keys`) the embedding's and the first
+    block's are 42–72 % high, beyond it (bench/preln_bottom.py: 81 % at the embedding against 64 other networks)."""
     _, grad, pred = measured("preln")
     mean, se = grad.mean(0)[:7], grad.std(0, ddof=1)[:7] / math.sqrt(len(grad))
     bar = 4 * se + 0.05 * mean
     predicted = np.array([r.grad_var for r in pred[:7]])
     assert np.all(np.abs(predicted - mean) < bar), (predicted / mean - 1, se / mean)
-    monkeypatch.setattr(causal, "_shared_keys", shared_keys_on_every_pair)
+    monkeypatch.setattr(causal_attention, "_shared_keys", shared_keys_on_every_pair)
     every_pair = np.array([r.grad_var for r in predict(ModelConfig(scheme="preln", **SIZE), token_collision=1 / 256)])
     assert np.all(every_pair[:3] - mean[:3] > bar[:3]), every_pair[:3] / mean[:3] - 1
 

@@ -43,7 +43,18 @@ import numpy as np
 
 from . import qk_norm as qkn
 from .linear import Linear
-from .state import Moments, check_nonneg, check_positive, check_prob, check_size, norm_dispersion, ratio, replace
+from .state import (
+    Component,
+    Mixing,
+    Moments,
+    check_nonneg,
+    check_positive,
+    check_prob,
+    check_size,
+    norm_dispersion,
+    ratio,
+    replace,
+)
 from .tables import (
     PAIR_KEYS,
     ROW_KEYS,
@@ -144,7 +155,7 @@ class _Setup(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Attention:
+class Attention(Component):
     """Multi-head self-attention over L tokens (``L=math.inf``: large-L forward limit), output projection included.
 
     ``p``: dropout on the softmax probabilities. ``shaped``: A = γ₁I + Softmax(QKᵀ/τ) − γ₂C with
@@ -363,6 +374,12 @@ class Attention:
     def fwd(self, m: Moments) -> Moments:
         return self.out_proj.fwd(self._mix_fwd(m))
 
+    def token_mixing(self) -> Mixing:
+        """Causal rows read keys j ≤ i (softmax rows, or shaped ones); bidirectional rows read every position."""
+        if not self.causal:
+            return Mixing.ALL
+        return Mixing.CAUSAL_SHAPED if self.shaped else Mixing.CAUSAL_SOFTMAX
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self._mix_bwd(m_in, self.out_proj.bwd(self._mix_fwd(m_in), g_out))
 
@@ -371,8 +388,8 @@ class Attention:
 def row_profiles(att: Attention, m: Moments, spread: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """F2(n_i) and B(n_i) of each causal row i (n_i = i + 1 keys) of ``att`` on input ``m``, averaged over the
     logit-scale fluctuations (6-node Gamma rule), read-only. ``spread``: per row, its keys' own variance over the
-    input's (`sigprop.theory.moments.causal.row_spread`), which scales that row's logit variance β²; None: every row
-    at the input's. Cached for every attention sublayer of a deep stack: its forward (the norm dispersion, the
+    input's (`causal_attention.row_spread`), which scales that row's logit variance β²; None: every row at the
+    input's. Cached for every attention sublayer of a deep stack: its forward (the norm dispersion, the
     causal forward) reads them bottom-up, the causal backward top-down."""
     st = att._setup(m)
     w, t = gamma_nodes(att.kappa(m), 6)

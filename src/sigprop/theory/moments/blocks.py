@@ -18,7 +18,7 @@ from .state import Component, Moments
 
 
 @dataclass(frozen=True)
-class Serial:
+class Serial(Component):
     """Components applied in order; ``bwd`` re-runs the forward to give each component its input.
 
     Attributes:

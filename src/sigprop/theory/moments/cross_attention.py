@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .attention import Attention
-from .state import Moments, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_size, ratio, replace
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class CrossAttention:
 
 
 @dataclass(frozen=True)
-class QueryView:
+class QueryView(Component):
     """``attention`` as a one-input map of the query stream, reading a fixed ``memory``: a `Component`."""
 
     attention: CrossAttention
@@ -95,12 +95,16 @@ class QueryView:
     def fwd(self, m: Moments) -> Moments:
         return self.attention.fwd(m, self.memory)
 
+    def token_mixing(self) -> Mixing:
+        """Tokenwise over the query positions: row i reads its own query and the memory, which every row shares."""
+        return Mixing.TOKENWISE
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self.attention.bwd(m_in, self.memory, g_out)[0]
 
 
 @dataclass(frozen=True)
-class MemoryView:
+class MemoryView(Component):
     """``attention`` as a one-input map of the memory, queried by a fixed ``query`` stream: a `Component`
     whose output is the query stream's (T tokens) and whose backward is the memory's gradient."""
 
@@ -109,6 +113,10 @@ class MemoryView:
 
     def fwd(self, m: Moments) -> Moments:
         return self.attention.fwd(self.query, m)
+
+    def token_mixing(self) -> Mixing:
+        """Every query row reads every memory position."""
+        return Mixing.ALL
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return self.attention.bwd(self.query, m_in, g_out)[1]

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .state import Moments, check_prob, ratio, replace
+from .state import Component, Mixing, Moments, check_prob, ratio, replace
 
 
 @dataclass(frozen=True)
-class Dropout:
+class Dropout(Component):
     """Rate ``p`` in [0, 1).
 
     Forward:  μ' = μ,  σ'² = (σ² + pμ²)/(1−p),  Cov' = rσ² (masks of different tokens are
@@ -24,6 +24,10 @@ class Dropout:
     def fwd(self, m: Moments) -> Moments:
         var = (m.var + self.p * m.mean ** 2) / (1 - self.p)
         return replace(m, var=var, corr=ratio(m.cov, var), kurtosis=m.kurtosis / (1 - self.p))
+
+    def token_mixing(self) -> Mixing:
+        """The identity at p = 0, else affine (masks of different positions are independent)."""
+        return Mixing.IDENTITY if self.p == 0 else Mixing.AFFINE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var / (1 - self.p), grad_corr=(1 - self.p) * g_out.grad_corr)

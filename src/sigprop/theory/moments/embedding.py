@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .state import Moments, check_nonneg, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_nonneg, check_size, ratio, replace
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -49,7 +49,7 @@ def zipf_collision_approx(vocab_size: int, euler: bool = True) -> float:
 
 
 @dataclass(frozen=True)
-class Embedding:
+class Embedding(Component):
     """x = Σ_t E_t[id_t(position)], table t with i.i.d. N(0, σ_t²) entries, one per ``collisions`` entry;
     ``var`` is σ_t² for every table, or one variance per table.
 
@@ -88,12 +88,15 @@ class Embedding:
         return replace(m, mean=0.0, var=var, corr=ratio(sum(v * c for v, c in zip(self.table_vars, self.collisions)),
                                                         var), norm_disp=0.0, kurtosis=3.0)
 
+    def token_mixing(self) -> Mixing:
+        return Mixing.SOURCE
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
 
 
 @dataclass(frozen=True)
-class PatchEmbedding:
+class PatchEmbedding(Component):
     """ViT input: tokens [cls + E_pos[0]; W_p·patch_j + E_pos[j]], j = 1..``n_patches``, T = 1 + n_patches.
 
     Pixels i.i.d. N(0, ``pixel_var``), patches disjoint; W_p (d × ``fan_in``, fan_in = C·p²) i.i.d.
@@ -136,12 +139,15 @@ class PatchEmbedding:
         return replace(m, mean=0.0, var=(cls + self.n_patches * patch) / (1 + self.n_patches), corr=0.0,
                        norm_disp=disp, kurtosis=3.0)
 
+    def token_mixing(self) -> Mixing:
+        return Mixing.SOURCE
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=g_out.grad_var, grad_corr=g_out.grad_corr)
 
 
 @dataclass(frozen=True)
-class ClassToken:
+class ClassToken(Component):
     """The ViT head's read-out of token 0 of ``T``. Forward: the token's moments are taken as the exchangeable
     state's. Backward: a gradient on one token of T has token-averaged variance σ_g²/T and no correlation."""
 

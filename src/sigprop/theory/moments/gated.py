@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .linear import Linear
-from .state import Component, Moments, check_nonneg, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_nonneg, check_size, ratio, replace
 
 
 @dataclass(frozen=True)
-class GatedMLP:
+class GatedMLP(Component):
     """y = W_d(φ(W_g x) ⊙ W_u x) over ``d`` → ``d_ff`` → ``d``; ``gate``: φ's pointwise map (has ``expectations``)."""
 
     d: int
@@ -58,6 +58,9 @@ class GatedMLP:
         var_h, cov_h = e.second * var_b, e.cross * a.corr * var_b
         h = replace(m, mean=0.0, var=var_h, corr=ratio(cov_h, var_h))
         return Linear(self.d_ff, self.d, self.down_var).fwd(h)
+
+    def token_mixing(self) -> Mixing:
+        return Mixing.TOKENWISE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         a, var_b, e = self._parts(m_in)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .state import Moments, check_nonneg, check_size, norm_dispersion, ratio, replace
+from .state import Component, Mixing, Moments, check_nonneg, check_size, norm_dispersion, ratio, replace
 
 
 @dataclass(frozen=True)
-class Linear:
+class Linear(Component):
     """Fan-in ``d_in``, fan-out ``d_out``, weight variance ``weight_var``.
 
     Forward:  μ' = 0,  σ'² = d_in σ_w² (σ² + μ²),  Cov' = d_in σ_w² (rσ² + μ²),
@@ -33,6 +33,9 @@ class Linear:
         second = m.var + m.mean ** 2
         return replace(m, mean=0.0, var=gain * second, corr=ratio(m.cov + m.mean ** 2, second),
                        norm_disp=norm_dispersion(m, self.d_in) * (1 + 2 / self.d_out), kurtosis=3.0)
+
+    def token_mixing(self) -> Mixing:
+        return Mixing.AFFINE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         return replace(m_in, grad_var=self.d_out * self.weight_var * g_out.grad_var, grad_corr=g_out.grad_corr)

@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .state import Moments, check_positive, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_positive, check_size, ratio, replace
 
 
 def hyp2f1(a: float, b: float, c: float, z: float) -> float:
@@ -99,7 +99,7 @@ def _normalize_bwd(m_in: Moments, g_out: Moments, k: int) -> Moments:
 
 
 @dataclass(frozen=True)
-class LayerNorm:
+class LayerNorm(Component):
     """LayerNorm over ``d`` features (d >= 4), no affine, ε → 0 (relative effect ε/σ²)."""
 
     d: int
@@ -111,13 +111,16 @@ class LayerNorm:
         check_positive("var (input of LayerNorm)", m.var)
         return _normalize(m, self.d - 1, self.d)
 
+    def token_mixing(self) -> Mixing:
+        return Mixing.SCALE_FREE
+
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         check_positive("var (input of LayerNorm)", m_in.var)
         return _normalize_bwd(m_in, g_out, self.d - 1)
 
 
 @dataclass(frozen=True)
-class RMSNorm:
+class RMSNorm(Component):
     """RMSNorm over ``d`` features (d >= 3), no affine, ε → 0; zero-mean input only."""
 
     d: int
@@ -133,6 +136,9 @@ class RMSNorm:
     def fwd(self, m: Moments) -> Moments:
         self._check(m)
         return _normalize(m, self.d, self.d)
+
+    def token_mixing(self) -> Mixing:
+        return Mixing.SCALE_FREE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         self._check(m_in)

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import shaped_relu_slopes
-from .state import Moments, check_positive, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_positive, check_size, ratio, replace
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(48)
 _TWO_PI = 2 * math.pi
@@ -76,7 +76,7 @@ class _Gauss(NamedTuple):
     dcross: float   # E φ'(x_i) φ'(x_j)
 
 
-class _Pointwise:
+class _Pointwise(Component):
     """fwd/bwd from the Gaussian expectations ``_gauss(m)`` that each activation provides."""
 
     def _gauss(self, m: Moments) -> _Gauss:
@@ -95,6 +95,9 @@ class _Pointwise:
         var = max(e.second - e.mean ** 2, 0.0)
         kurtosis = self.fourth(m) / e.second ** 2 if e.second > 0 else 3.0
         return replace(m, mean=e.mean, var=var, corr=ratio(e.cross - e.mean ** 2, var), kurtosis=kurtosis)
+
+    def token_mixing(self) -> Mixing:
+        return Mixing.TOKENWISE
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments:
         e = self._gauss(m_in)

@@ -155,7 +155,7 @@ def hidden_fluctuation(branch: Component, d: int, r_in: float, r_f: float) -> tu
 
 
 @dataclass(frozen=True)
-class PostNormResidual:
+class PostNormResidual(Component):
     """y = N(``alpha``·x + ``beta``·branch(x)), N a LayerNorm (``centered``) or RMSNorm over ``d`` features.
 
     ``normalized_input``: x is the output of a previous norm (norm fixed, mean-free); else i.i.d.

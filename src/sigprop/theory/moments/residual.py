@@ -7,7 +7,7 @@ from .state import Component, Moments, ratio, replace
 
 
 @dataclass(frozen=True)
-class Residual:
+class Residual(Component):
     """y = ``alpha``·x + ``beta``·branch(x), with x and branch(x) uncorrelated.
 
     Forward:  μ' = αμ + βμ_f,  σ'² = α²σ² + β²σ_f²,  Cov' = α² rσ² + β² r_f σ_f²

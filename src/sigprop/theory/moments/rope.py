@@ -77,7 +77,7 @@ import numpy as np
 import torch
 
 from .attention import Attention
-from .state import Moments, check_size, ratio, replace
+from .state import Component, Mixing, Moments, check_size, ratio, replace
 
 CHUNK = 256            # samples per batched evaluation: bounds memory at (CHUNK, L, d) tensors
 
@@ -100,7 +100,7 @@ class Sampled(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RopeAttention:
+class RopeAttention(Component):
     """``attention`` (its projections, heads, L, causal mask, dropout, shaping) with RoPE of ``frequencies``
     (θ_p, d_k/2 of them) on the queries and keys; ``samples`` sampled heads per map evaluation, ``seed`` fixed."""
 
@@ -153,6 +153,11 @@ class RopeAttention:
     def fwd(self, m: Moments) -> Moments:
         s = self.sampled(m)
         return self.attention.out_proj.fwd(replace(m, mean=0.0, var=s.var, corr=ratio(s.cov, s.var)))
+
+    def token_mixing(self) -> Mixing:
+        """Causal rows read keys j ≤ i at lag-dependent logits (`position_vars`, `position_bwd`); bidirectional
+        rows read every position."""
+        return Mixing.CAUSAL if self.attention.causal else Mixing.ALL
 
     def position_bwd(self, m_in: Moments, G: np.ndarray) -> np.ndarray:
         """The gradient covariance over positions (L, L) at the input, given ``G`` (L, L) at the output (per feature;

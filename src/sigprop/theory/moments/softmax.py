@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from .hardmax import LogPairSums, LogRowSums, pair_limits
-from .state import Moments, check_size, replace
+from .state import Component, Moments, check_size, replace
 
 QUADRATURE_BETA_MAX = 4.0     # largest logit scale of the Gauss–Hermite quadrature here (pair functionals 1e-5 at
                               # β = 3, 1e-2 at β = 4); beyond it the log-domain quadrature of `hardmax`
@@ -245,7 +245,7 @@ def pair_functionals(beta2: float, rho: float | np.ndarray, pairs: np.ndarray) -
 
 
 @dataclass(frozen=True)
-class Softmax:
+class Softmax(Component):
     """Softmax over ``L`` entries (L >= 2); Moments describe the L entries (corr: between two entries)."""
 
     L: int

@@ -30,9 +30,13 @@ Convention (every component in this package):
 * Gradient independence: the upstream gradient is independent of the forward activations
   and weights (the usual mean-field assumption; exact in the Monte-Carlo tests, which
   back-propagate a fresh random gradient).
+* ``token_mixing() -> Mixing`` declares how output position i reads the input's positions, which the
+  per-position theory of a causal stack (`causal`) reads; a map that declares none raises
+  NotImplementedError naming it there (`Component`'s default).
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -103,12 +107,59 @@ def norm_dispersion(m: Moments, d: int) -> float:
     return m.norm_disp + (m.kurtosis - 1) / d
 
 
+class Mixing(enum.Enum):
+    """How a map's output at token position i reads its input's positions (n_i = i + 1 under a causal mask).
+
+    Tokenwise kinds (output position i reads input position i alone, or token i for a source, with inputs every
+    position shares, such as a memory, held fixed): the backward on a gradient covariance G over positions is
+    G' = a·diag(G) + b·offdiag(G), with a, b the map's exchangeable factors at that position's input.
+    """
+
+    IDENTITY = "identity"              # y = x
+    AFFINE = "affine"                  # tokenwise; output variance affine in the input's, factors independent of it
+    TOKENWISE = "tokenwise"            # tokenwise; output variance and factors read at each position's input
+    SCALE_FREE = "scale-free"          # tokenwise and N(cx) = N(x): output variance alike, factors ∝ 1/v_i
+    SOURCE = "source"                  # positions made from tokens (an embedding): exchangeable whatever its input
+    CAUSAL_SOFTMAX = "causal-softmax"  # row i = softmax over keys j ≤ i, exchangeable within the row
+    CAUSAL_SHAPED = "causal-shaped"    # row i = γ₁δ_ij + softmax_j − γ₂/n_i over keys j ≤ i
+    CAUSAL = "causal"                  # row i reads positions ≤ i: the map carries position_vars, position_bwd
+    ALL = "all"                        # every row reads every position: output positions alike
+
+    @property
+    def tokenwise(self) -> bool:
+        """Whether output position i reads input position i alone."""
+        return self in _TOKENWISE
+
+
+_TOKENWISE = frozenset({Mixing.IDENTITY, Mixing.AFFINE, Mixing.TOKENWISE, Mixing.SCALE_FREE, Mixing.SOURCE})
+
+
 class Component(Protocol):
-    """A moment map: see the module docstring for the convention."""
+    """A moment map: see the module docstring for the convention. A map class subclasses it and declares its
+    `token_mixing`; the default raises."""
 
     def fwd(self, m: Moments) -> Moments: ...
 
     def bwd(self, m_in: Moments, g_out: Moments) -> Moments: ...
+
+    def token_mixing(self) -> Mixing:
+        """How this map mixes token positions.
+
+        Raises:
+            NotImplementedError: the map does not declare it (the default), named.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not declare how it mixes token positions "
+                                  "(token_mixing): the per-position theory of a causal stack has no map for it")
+
+
+def token_mixing(c: object) -> Mixing:
+    """The `Mixing` map ``c`` declares (`Component.token_mixing`), whether or not it subclasses `Component`.
+
+    Raises:
+        NotImplementedError: ``c`` declares none, named.
+    """
+    declared = getattr(c, "token_mixing", None)
+    return Component.token_mixing(c) if declared is None else declared()
 
 
 def check_nonneg(name: str, value: float) -> None:
