@@ -1,7 +1,9 @@
 """The shipped text speaks of the project alone: no development bookkeeping in README, docs, bench notes,
 configs, code, tests or examples (work sessions, issue numbers, sections of internal specs or notes), and no
-run history in the package's code and docstrings (wall times, load averages, the machine a run took): those
-state contracts and mathematics, measured figures live in docs/ and bench/RESULTS.md."""
+run history in the package's code and docstrings (wall times, load averages, the machine a run took) nor tallies
+(measured figures: "measured 3.1 %", "over 64 networks", "2.3 % at L = 48", "~5 %", "within 2 % of Monte Carlo"):
+those state contracts and mathematics, measured figures live in docs/ and bench/RESULTS.md. A bound a test holds is
+a contract: "within 5 % (tests/test_x.py)", "≤ 5 % … tests/test_x.py" in the same sentence."""
 from __future__ import annotations
 
 import re
@@ -28,6 +30,19 @@ RUN_HISTORY = {
     "a run's duration": re.compile(r"\btook \d|\d(\.\d+)? ?(min|minutes|hours?)\b", re.I),
     "the machine a run used": re.compile(r"\b\d+-core machine\b", re.I),
 }
+PCT = r"\d+(?:\.\d+)?\s?%"
+TALLIES = {
+    "a measured figure": re.compile(rf"\bmeasured\b:?\s+(?:[a-z]+\s+){{0,2}}?[<>≈~≤]?\s?{PCT}", re.I),
+    "a count of networks": re.compile(r"\b[1-9]\d*(?:,\d{3})*\s+(?:other\s+|random\s+)?(?:networks|nets|seeds)\b",
+                                      re.I),
+    "an error at a point": re.compile(rf"{PCT}\s+(?:high|low)\b"
+                                      r"|\b(?:off|miss(?:es|ed)?) by (?:up to |about )?[~≈]?\s?\d"
+                                      rf"|{PCT}\s+at\s+(?:[\w₀-₉]+\s?(?:=|≥|>=)\s?\d|depth|width)", re.I),
+    "an approximate figure": re.compile(rf"[~≈]\s?{PCT}|\bby up to [~≈]?\s?{PCT}", re.I),
+    "a Monte-Carlo figure": re.compile(rf"Monte[- ]Carlo[^.;]{{0,40}}?{PCT}|{PCT}[^.;]{{0,30}}?\bMonte[- ]Carlo", re.I),
+}
+# a bound a test holds, named in the same sentence: a contract, not a tally
+TESTED_BOUND = re.compile(rf"(?:within|≤|<|below|under|at most)\s?{PCT}[^;]{{0,80}}?\btests/test_\w+\.py", re.I)
 # the patterns above, as written in this file, are the only allowed hits
 SELF = Path(__file__).resolve()
 
@@ -72,6 +87,45 @@ def test_run_history_patterns_are_caught() -> None:
                "load the weights", "wall times are in bench/RESULTS.md"]
     for text in allowed:
         assert not any(p.search(text) for p in RUN_HISTORY.values()), text
+
+
+def tallies(text: str) -> list[tuple[int, str]]:
+    """(line, what) of each tally in ``text``, scanned across line breaks, tested bounds left out."""
+    kept = TESTED_BOUND.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    return sorted((kept.count("\n", 0, hit.start()) + 1, what) for what, pattern in TALLIES.items()
+                  for hit in pattern.finditer(kept))
+
+
+def test_tally_patterns_are_caught() -> None:
+    """The tally patterns match measured figures (so the scan below can fail), not contracts: stated bounds a test
+    holds, quantiles, rates, a derived bound, counts of zero."""
+    samples = {"a measured figure": ["measured 3.1 % over 64 networks", "(measured within 1 %)", "measured: 0.6 %",
+                                     "measured > 99% at depth 48"],
+               "a count of networks": ["(mean of 4 networks)", "over 64 networks", "against 1,500 networks",
+                                       "3 seeds", "64 other networks"],
+               "an error at a point": ["err 2.3 % at L=48", "+12% at V = 30522", "4 % low at e = 0.1",
+                                       "81 % high", "off by 2.5% at d_in = 8", "misses by about 3"],
+               "an approximate figure": ["cross terms ~5%", "≈ 3 % of G", "miss the gradient by up to 29 %"],
+               "a Monte-Carlo figure": ["matches Monte Carlo of a real layer to 2%", "< 1% in Monte Carlo",
+                                        "within 2.6 % of Monte Carlo"]}
+    for what, texts in samples.items():
+        for text in texts:
+            assert what in {w for _, w in tallies(text)}, (what, text)
+    allowed = ["within 5 % (tests/test_x.py)", "≤ 5 % of Monte Carlo at L = 16 (tests/test_moments_x.py)",
+               "the gradient within 3 % + 4 s.e. of Monte Carlo at every position\n(tests/test_moments_causal.py)",
+               "the 5–95 % band", "10 % warmup", "keep that bias under 1 %", "(no values: NaN, 0 seeds)",
+               "measured at init (float64)", "15 % masking", "gap ≤ +5 %", "seeds: the networks' seeds",
+               "the median relative error within `BAR`", "the measured records"]
+    for text in allowed:
+        assert not tallies(text), (text, tallies(text))
+
+
+def test_package_docstrings_state_no_tallies() -> None:
+    files = [p for p in shipped_files() if p.is_relative_to(ROOT / "src") and p.suffix == ".py"]
+    assert len(files) > 50, "the scan found too few files: is the layout different?"
+    hits = [f"{path.relative_to(ROOT)}:{n}: {what}" for path in files for n, what in tallies(path.read_text("utf-8"))]
+    assert not hits, ("tallies in the package (move the figure to docs/, or state the bound a test holds and name "
+                      "the test):\n" + "\n".join(hits))
 
 
 def test_shipped_text_has_no_development_bookkeeping() -> None:

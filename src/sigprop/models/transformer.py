@@ -175,9 +175,8 @@ class ViT(nn.Module):
         class token starts at another variance than the patch tokens (every scheme but DSLM): the head's gradient
         lands on the class token alone, and the residual stream keeps that token's own variance σ², by which each
         norm on the stream (the Pre-LN ones, the final one) divides its gradient; the token-averaged maps see the
-        mean variance instead, and miss the gradient by up to 29 %
-        (91 % at the embedding; docs/moments.md). A Post-LN block renormalizes every token, so the mismatch
-        ends at the first sublayer (measured within 1 %)."""
+        mean variance instead, and miss the gradient (by how much: docs/moments.md §6). A Post-LN block
+        renormalizes every token, so the mismatch ends at the first sublayer."""
         emb = self.embed.moment_map()
         cls, patch = emb.token_vars
         if self.stack.placement not in ("post", "none") and not math.isclose(cls, patch, rel_tol=1e-9):

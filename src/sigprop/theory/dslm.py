@@ -35,7 +35,7 @@ width:
              query/key weights, A = Softmax(QKᵀ/√d_k) under the mask; averaging over W_V, W_O exactly, the branch
              Gram is E[A X Xᵀ Aᵀ]/d and the gain G_l its mean diagonal (Monte Carlo over X and the logits:
              ``rows`` query rows per block, a fixed seed). Finite-width tokens keep the coupling between the
-             logits and the values' own Gram, O(1/d) but ~10 % of G when r → 0 and T ~ d;
+             logits and the values' own Gram, O(1/d), largest when r → 0 and T ~ d (its size: docs/moments.md §7);
   MLP        V̂ ↦ κ(V̂) entrywise (the MLP's normalized kernel), unit diagonal;
   residual   V ← λ²V + β²·D(branch/gain) (dropout keeps the diagonal, scales the rest by 1 − p); Post-LN
              normalizes V after each add; a norm on the branch output ("out", "sandwich") adds the branch Gram
@@ -167,8 +167,8 @@ def attention_gram(vhat: torch.Tensor, d: int, n_heads: int, causal: bool, draws
     V̂, Z ∈ R^{T×d} i.i.d. N(0, 1), each row rescaled to |x|² = d (the norm in front of the branch), logits
     (X W_q)(X W_k)ᵀ/√d_k with fresh N(0, 1/d) weights, A = Softmax under the mask; W_V W_O averaged exactly.
     Sampling the tokens at the model's width keeps the coupling between the logits and the values' own
-    finite-width Gram X Xᵀ/d (the Z1/d term of `sigprop.theory.moments.attention.attention_gain`): at
-    r → 0 and T comparable to d it is ~10 % of the gain."""
+    finite-width Gram X Xᵀ/d (the Z1/d term of `sigprop.theory.moments.attention.attention_gain`), largest at
+    r → 0 and T comparable to d."""
     s, t, _ = vhat.shape
     dk = d // n_heads
     chol = _cholesky(vhat).to(torch.float32)[:, None]                                  # (S, 1, T, T)

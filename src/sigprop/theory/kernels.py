@@ -63,7 +63,7 @@ def gaussian_kernel(f, rho: float, var: float = 1.0, n: int = 101) -> float:
     """E[f(u) f(v)] for (u, v) ~ N(0, var·[[1, ρ], [ρ, 1]]), by 2-D Gauss–Hermite quadrature.
 
     u = σ g₁, v = σ(ρ g₁ + √(1−ρ²) g₂). Smooth f (GeLU) converge exponentially in n; kinked f
-    (ReLU) only to ~1%, so they use their closed forms instead.
+    (ReLU) only algebraically, so they use their closed forms instead.
     """
     x, w = _hermite(n)
     s = math.sqrt(var)

@@ -17,7 +17,7 @@ exact in terms of the Gaussian-logit softmax functionals of `softmax.row_functio
   Var o = σ_v² ⟨c² d m₂ + s²((d−1)R_s + C_s)⟩_rows,   Cov o = σ_v² ⟨(γ₁−γ₂+1)² d m₂ + s²((d−2)R_c + C_c)⟩_pairs
   with c = Σ_j a_j; R_s = EΣa_j², C_s = E(Σa_j z_j)² (same row); R_c = EΣa_j a'_j, C_c the
   coupling ⟨Σa_jξ_j, Σa'_jξ_j⟩ (two rows); expanded in `_forward` (E[z̄ΣSz] = 1/n exactly).
-  Backward = V path + Q path + K path (their cross terms are < 1% in Monte Carlo and dropped):
+  Backward = V path + Q path + K path (their cross terms are dropped: their size in docs/moments.md §3):
     V: σ_v² d σ_g² [R_s + r_g (L−1) R_c]
     Q: H σ_q²σ_k² s² λ/τ² [(1−1/d)(d Bz + (d_k−1)(d B + E(1−ΣS²)² + Bz)) + d_k Bz]
     K: H λ |u|² /d [E w B + r_g (L−1) E w ρ̂ CK]    (g^K_j = Σ_i ∂L/∂Y_ij u_i exactly)
@@ -26,8 +26,8 @@ Finite-size fluctuations: β² = β̄² w with w ~ Gamma(mean 1, var κ), κ = (
 (|x_i|², |q_i|² and |W_k q_i|² fluctuate), and atanh ρ̂ ~ N(atanh ρ, 1/d_k + 2/d); the K path is
 size-biased by w (its gradient carries |u_i|). L = math.inf gives the exact large-L forward limit
 (F2, K1 → 0, Z1 → β̄², K2 → ρβ̄²): Var o → σ_v²(d m₂ + s²β̄²) → d σ_v² rσ² as d → ∞, the authors'
-rank-collapse limit. Measured errors: docs/moments.md (worst cases: K path with r_g > 0 and
-L ≥ d_k, where query-norm/ρ̂ correlations are not modelled, ~5%).
+rank-collapse limit. Measured errors: docs/moments.md (the worst: the K path with r_g > 0 and L ≥ d_k, where
+query-norm/ρ̂ correlations are not modelled).
 ``qk_norm`` (k > 0): each head's queries and keys normalized in k degrees of freedom (`qk_norm`): the logits
 read the projected tokens' cosines (β² from `qk_norm.logit_scale`, ρ the queries' mean cosine, κ = 0) and the
 Q and K paths pass through the norms' Jacobians.
@@ -418,9 +418,9 @@ def attention_gain(r: float, L: int, causal: bool, d: int, n_heads: int) -> floa
 
     F2 = EΣ_j a_ij², Z1 = E(Σ_j a_ij z_j)² averaged over rows and over the finite-width spread of the logit
     scale β² = (1 − r)w (`Attention.kappa`). It tends to DeepScaleLM's r for long bidirectional rows and
-    wide models; at L = 16–128 it matches Monte Carlo of a real layer to 2% (bench/attention_gain.py,
-    docs/moments.md), where the closed forms r + (1−r)·min(1, e^{1−r}/n) and r + (1−r)·e^v/(e^v + n − 1)
-    miss by up to 42%.
+    wide models; at L = 16–128 it is within 2 % + 2 s.e. of Monte Carlo of a real layer
+    (tests/test_attention_gain.py, docs/moments.md §7), where the closed forms r + (1−r)·min(1, e^{1−r}/n) and
+    r + (1−r)·e^v/(e^v + n − 1) miss by more than 30 % and 10 % on short causal rows (the same test).
     """
     if not 0.0 <= r <= 1.0:
         raise ValueError(f"attention_gain: token correlation r must be in [0, 1], got {r}")

@@ -34,8 +34,9 @@ def zipf_ids(vocab_size: int, n_seqs: int, n_tokens: int, seed: int = 0):
 def zipf_collision_approx(vocab_size: int, euler: bool = True) -> float:
     """ζ(2)/(ln V + γ)² (``euler``, the ICLR reviewer's form) or ζ(2)/(ln V)² (the paper's), for reference.
 
-    Relative error against `zipf_collision_probability`: with γ, below 0.2% for V >= 1000;
-    without γ, +12% at V = 30522 (BERT) and +11% at V = 50257 (GPT-2).
+    Against `zipf_collision_probability`: with γ, within 0.1 % at V = 1000 (tests/test_moments_units.py); without γ,
+    (1 + γ/ln V)² times the form with γ (so high by 2γ/ln V to first order; figures for BERT's and GPT-2's
+    vocabularies: docs/moments.md §2).
 
     Args:
         vocab_size: V (at least 2).

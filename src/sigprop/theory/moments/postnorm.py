@@ -48,10 +48,10 @@ so the sublayer's gradient variance carries 1 − δ/(k − 1),  δ = (2α²β²
 η: 3 for a product of two square Gaussian maps (Fuss–Catalan; the value–output path of the first
 causal token, which attends only to itself: `VO_KURTOSIS`), 2 + (2d + 5)/d_ff for a ReLU FFN d → d_ff → d
 (E[relu(x·w) w] = σ₁²x/2 by Stein's lemma, and the Wishart moment E|hW₂W₂ᵀ|² = σ₂⁴ d|h|²(d + d_ff + 1)).
-In a standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the ~0.7%-per-sublayer
-excess a first-token gradient otherwise accumulates. Monte Carlo: tests/test_moments_postnorm.py and
-tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py` (the FFN at d = 32, 64, 128;
-bench/RESULTS.md).
+In a standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the O(1/d)-per-sublayer
+excess a first-token gradient otherwise accumulates (its size: docs/moments.md §3, Post-LN sublayer). Monte
+Carlo: tests/test_moments_postnorm.py and tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py`
+(the FFN at d = 32, 64, 128; bench/RESULTS.md).
 
 Coherent value path (`coherent_radial`). Attention over many keys is not homogeneous token by token, but
 on rank-collapsed tokens (ρ → 1, near-uniform rows) the value path acts on the tokens' common mode as the
@@ -68,7 +68,8 @@ mode is coherent only once the tokens' own parts, 1 − ρ of the norm input, dr
 Monte Carlo: `bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, token corr r = 0.99 / 0.95 / 0.9;
 bench/RESULTS.md) and, at d = 32, r = 0.99, tests/test_moments_postnorm.py. The per-position backward applies
 it unweighted, on every causal Post-LN stack: its first-token part is exact, and on uncollapsed tokens (r = 0.3,
-width 32) the sublayer's per-position gradient stays within 2.6 % of Monte Carlo (tests/test_moments_causal.py).
+width 32) the sublayer's gradient is within 3 % + 4 s.e. of Monte Carlo at every position
+(tests/test_moments_causal.py).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ small, e.g. F2 ~ e^{β²}/n); Z1 = 1/n + O(β²) and K2 (signed) linearly (log Z
 at β ~ i/√n). Measured against the exact functionals at random points (bench/predict.py):
 relative error ≤ 2e-4 (rows) and ≤ 1e-3 (pairs) for L ∈ {8, 64, 128}; the attention moments built
 on them ≤ 1e-4 (tests/test_predict.py asserts 1e-3 for both). Outside β_max (where the
-exact quadrature itself loses accuracy: 1% at β = 4) the caller falls back to the exact path.
+exact quadrature itself loses accuracy) the caller falls back to the exact path.
 """
 from __future__ import annotations
 
