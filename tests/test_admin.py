@@ -8,9 +8,10 @@ import torch
 from helpers import CONFIGS, FAST_TRAIN
 from sigprop.diagnostics import measure
 from sigprop.models import ModelConfig, build_model, calibrate, predict
+from sigprop.models.predict import predicted_omegas
 from sigprop.nn import Residual
 from sigprop.nn.roles import role_of
-from sigprop.schemes.admin import constant_omega, predicted_omegas, profile
+from sigprop.schemes.admin import constant_omega, profile
 from sigprop.train import Callback, load_config, load_run, read_jsonl, train
 from sigprop.train.optim import make_optimizer
 

@@ -40,8 +40,7 @@ from ..console import UserError, one_line
 from ..diagnostics import measure
 from ..diagnostics.measure import output_tensor
 from ..models import ModelConfig, build_model, calibrate
-from ..models.predict import encoder_chain, model_chain, predict
-from ..models.transformer import EncoderDecoder
+from ..models.adapter import adapter_of
 from ..records import Record
 from ..train.config import OptimConfig, RunConfig, load_config
 from ..train.data import DataBundle, prepare_data
@@ -177,10 +176,6 @@ def _next_token(ids: torch.Tensor) -> Batch:
     return Batch((ids[:, :-1],), ids[:, 1:])
 
 
-def _is_hf(model: nn.Module) -> bool:
-    return hasattr(model, "config") and hasattr(model, "base_model") and not hasattr(model, "moment_chain")
-
-
 @dataclass
 class _Inputs:
     model: nn.Module
@@ -230,59 +225,33 @@ def model_inputs(model: nn.Module, batches: Sequence[Any], optim: OptimConfig, s
         raise ValueError(f"advise: give at least two batches (one to train on, one held out), got {len(batches)}")
     train, heldout = [b if isinstance(b, Batch) else _next_token(b) for b in (batches[0], batches[-1])]
     if unigram is None:
-        unigram = unigram_nll(train.inputs[0], heldout.targets, _vocab(model))
-    if _is_hf(model):
-        if hf_config is not None or getattr(model, "sigprop_config", None) is not None:
-            from ..hf import param_groups as hf_param_groups
-            cfg = hf_config if hf_config is not None else model.sigprop_config
-            groups = _groups(hf_param_groups(model, cfg, lr=1.0, eps=optim.eps, weight_decay=optim.weight_decay))
-        else:
-            groups = _plain_groups(model, optim)
-    else:
-        groups = _groups(param_groups(param_rules(model, model.cfg), optim))
+        unigram = unigram_nll(train.inputs[0], heldout.targets, adapter_of(model).vocab_size(model))
+    cfg = hf_config if hf_config is not None else adapter_of(model).config(model)
+    groups = _plain_groups(model, optim) if cfg is None else _groups(param_groups(param_rules(model, cfg), optim))
     return _Inputs(model, groups, _float64(train), _float64(heldout), unigram, optim, steps)
 
 
-def _vocab(model: nn.Module) -> int:
-    if _is_hf(model):
-        return int(model.config.vocab_size)
-    return int(model.cfg.vocab_size)
+def first_stack(records: Sequence[Record]) -> list[Record]:
+    """The records of the stack that starts at the embedding (an encoder–decoder's encoder: the decoder's blocks also
+    read the memory)."""
+    return [r for r in records if r.stack == records[0].stack]
 
 
-def _report_sigprop(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float,
-                                                             list[Record]]:
-    """(λ_a per block, λ_g per block from the maps, measured λ_a, measured λ_g, measured records) of a sigprop
-    model on the token batch, in float64. For an encoder–decoder: its encoder's, the stack that starts at an
-    embedding (the decoder's blocks also read the memory), with no measured λ_a."""
-    L = batch.inputs[0].shape[-1]
-    predicted = predict(model, seq_len=L)                  # the maps read the init stds off the model itself
+def _report(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float, list[Record]]:
+    """(λ_a per block, λ_g per block from the maps, measured λ_a, measured λ_g, measured records) of the stack that
+    starts at the embedding (`first_stack`), on the token batch, in float64, through the model's adapter: its maps
+    read the init stds off the model itself; the measured λ_a where the adapter names the stack's input module
+    (`Adapter.stack_input`), else None."""
+    adapter = adapter_of(model)
+    predicted = adapter.predict(model, batch.inputs)
     twin = _twin(model)
-    if isinstance(model, EncoderDecoder):
-        encoder = lambda records: [r for r in records if r.stack == "enc"]
-        measured = measure(twin, batch.inputs, attention_stats=False, stable_ranks=False)
-        return (angle_exponents_theory(encoder_chain(model, seq_len=L)), gradient_exponents(encoder(predicted)), None,
-                model_exponent(gradient_exponents(encoder(measured))), measured)
-    la = angle_exponents_theory(model_chain(model, seq_len=L))
-    lg = gradient_exponents(main_stack(predicted))
-    la_m = model_exponent(angle_exponents_measured(twin, batch.inputs, predicted[0].fwd_var))
-    measured = measure(twin, batch.inputs, attention_stats=False, stable_ranks=False)
-    return la, lg, la_m, model_exponent(gradient_exponents(main_stack(measured))), measured
-
-
-def _report_hf(model: nn.Module, batch: Batch) -> tuple[list[float], list[float], float | None, float,
-                                                        list[Record]]:
-    """The same for a `transformers` model (`sigprop.hf`): the walked maps; no measured λ_a (no embedding hook)."""
-    from ..hf import diagnose
-    from ..hf import predict as hf_predict
-    from ..hf.walk import Walk, in_mode
-
-    ids = batch.inputs[0]
-    with in_mode(model, "eval"):
-        chain = Walk(model, ids).chain(ids.shape[-1])
-    la = angle_exponents_theory(chain)
-    lg = gradient_exponents(main_stack(hf_predict(model, ids)))
-    measured = diagnose(_twin(model), ids, attention_stats=False, stable_ranks=False)
-    return la, lg, None, model_exponent(gradient_exponents(main_stack(measured))), measured
+    la = angle_exponents_theory(adapter.chain(model, batch.inputs))
+    la_m = None
+    if adapter.stack_input(model) is not None:
+        la_m = model_exponent(angle_exponents_measured(twin, batch.inputs, predicted[0].fwd_var))
+    measured = measure(twin, batch.inputs, attention_stats=False, stable_ranks=False, mode=adapter.measured_mode)
+    return (la, gradient_exponents(first_stack(predicted)), la_m,
+            model_exponent(gradient_exponents(first_stack(measured))), measured)
 
 
 def _twin(model: nn.Module) -> nn.Module:
@@ -290,10 +259,8 @@ def _twin(model: nn.Module) -> nn.Module:
 
 
 def _records_fn(model: nn.Module, batch: Batch):
-    if _is_hf(model):
-        from ..hf import diagnose
-        return lambda m, grads: diagnose(m, batch.inputs[0], backward=grads, stable_ranks=False)
-    return lambda m, grads: measure(m, batch.inputs, backward=grads, stable_ranks=False)
+    mode = adapter_of(model).measured_mode
+    return lambda m, grads: measure(m, batch.inputs, backward=grads, stable_ranks=False, mode=mode)
 
 
 DEFAULT_RULE = Rule()
@@ -345,18 +312,19 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         if not isinstance(model, nn.Module):
             raise TypeError(f"advise takes a RunConfig, a TOML path, a ModelConfig or a model, got "
                             f"{type(model_or_cfg).__name__}")
-        if not _is_hf(model) and not hasattr(model, "moment_chain"):
+        try:
+            adapter_of(model)
+        except ValueError:
             raise NotImplementedError(f"advise: {type(model).__name__} is neither a sigprop model nor a "
-                                      "transformers model; its moment maps are unknown")
+                                      "transformers model; its moment maps are unknown") from None
         inputs = model_inputs(model, batches, optim or OptimConfig(), steps or 1000, unigram, hf_config)
     optim_cfg = inputs.optim
     asked = [optim_cfg.lr] if lrs is None else [float(x) for x in lrs]
     bad = [x for x in asked if not (math.isfinite(x) and x > 0)]
     if bad or not asked:
         raise UserError(f"advise: lrs must be positive finite numbers, got {list(lrs or [])}")
-    hf = _is_hf(inputs.model)
     try:
-        la, lg, la_m, lg_m, _ = (_report_hf if hf else _report_sigprop)(inputs.model, inputs.train)
+        la, lg, la_m, lg_m, _ = _report(inputs.model, inputs.train)
         unmapped = None
     except NotImplementedError as e:       # no exact maps: the report's exponents are left out, the advice stands
         la, lg, la_m, lg_m, unmapped = [], [], None, math.nan, one_line(e)

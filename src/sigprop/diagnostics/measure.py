@@ -28,7 +28,7 @@ from typing import Any, Callable, Union
 import torch
 from torch import nn
 
-from ..models.adapter import adapter_of
+from ..models.adapter import adapter_of, in_mode
 from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
 
@@ -81,7 +81,7 @@ def _call(model: nn.Module, batch: Any) -> torch.Tensor:
 
 def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
             seed: int = 0, attention_stats: bool = True, blocks: Selector | None = None, backward: bool = True,
-            stable_ranks: bool = True) -> list[Record]:
+            stable_ranks: bool = True, mode: str | None = None) -> list[Record]:
     """Per-sublayer records of ``model`` on ``batch`` (a tensor, a tuple of args or a dict of kwargs).
 
     Without ``blocks``, the model's adapter (`sigprop.models.adapter.adapter_of`: a sigprop model or a
@@ -93,7 +93,8 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
     carry one as ``.logits``/``.last_hidden_state`` or first tuple entry. Gradients are taken w.r.t.
     each output; every parameter's ``.grad`` is left as it was: None stays None, an existing tensor is
     the same tensor with the same values (`backprop`). ``backward=False``: the forward pass alone, under
-    ``torch.no_grad``, ``grad_var`` None; ``stable_ranks=False``: ``stable_rank`` None.
+    ``torch.no_grad``, ``grad_var`` None; ``stable_ranks=False``: ``stable_rank`` None. ``mode`` "eval" or
+    "train": the pass runs with every module in that mode, each module's own put back afterwards.
 
     Args:
         model: any torch model.
@@ -105,6 +106,7 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         blocks: which modules to record (module docstring); default sigprop's sublayers.
         backward: take the backward pass (``grad_var``); False: the forward alone, under ``torch.no_grad``.
         stable_ranks: record each output's stable rank (an SVD per sequence).
+        mode: "eval" or "train" for the pass; None: the modules' own modes.
 
     Returns:
         One `Record` per recorded module output, in execution order (layer 0: the embedding).
@@ -113,8 +115,11 @@ def measure(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], torc
         ValueError: nothing can be recorded: without ``blocks``, on a model no adapter handles (pass
             ``blocks``); with ``blocks``, when none of the selected modules ran in the forward pass or returned
             a tensor (the error names the selected modules); or ``blocks`` of another form, or selecting no
-            submodule.
+            submodule; or a ``mode`` other than "eval" and "train".
     """
+    if mode is not None:
+        with in_mode(model, mode):
+            return measure(model, batch, loss_fn, seed, attention_stats, blocks, backward, stable_ranks)
     outputs: dict[tuple, torch.Tensor] = {}
     attn_stats: dict[tuple, tuple[float, float]] = {}
     ran: set[tuple] = set()

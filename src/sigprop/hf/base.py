@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..console.errors import UserError
-from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
+from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite, in_mode
 from ..nn.maps import zero_bias
 from ..nn.residual import Residual
 from ..nn.roles import init_std_of, set_init_std
@@ -107,6 +107,7 @@ class Family(Adapter):
     shared_tables: ClassVar[int] = 0         # of which one row is added at every position (BERT's token type)
     gated: ClassVar[bool] = False            # MLP is φ(x W_gate) ⊙ (x W_up) W_down; "shaped" keeps its φ
     norm_offset: ClassVar[float] = 0.0       # the norms' gain is norm_offset + weight (Gemma's (1 + w): 1)
+    measured_mode = "eval"                   # as `sigprop.hf.diagnose` measures by default: dropout off
 
     @abstractmethod
     def mirror(self, config: Any) -> dict[str, Any]:
@@ -194,7 +195,7 @@ class Family(Adapter):
 
     def chain(self, model: nn.Module, inputs: Any) -> Chain:
         """`sigprop.hf.walk.Walk.chain` in eval mode over the ids ``inputs[0]``."""
-        from .walk import Walk, in_mode
+        from .walk import Walk
 
         ids = inputs[0]
         with in_mode(model, "eval"):

@@ -20,9 +20,10 @@ from torch import nn
 
 from ..diagnostics.measure import measure
 from ..diagnostics.plot import plot_records
+from ..models.adapter import MODES
 from ..records import Record
 from .apply import family_of
-from .walk import MODES, in_mode, predict
+from .walk import predict
 
 
 def _predicted(model: nn.Module, batch: Any, mode: str) -> tuple[list[Record], str | None]:
@@ -69,8 +70,8 @@ def diagnose(model: nn.Module, batch: Any, loss_fn: Callable[[torch.Tensor], tor
     if mode not in MODES:
         raise ValueError(f"hf.diagnose: mode must be one of {list(MODES)}, got {mode!r}")
     family_of(model)
-    with in_mode(model, mode):
-        records = measure(model, batch, loss_fn, seed, attention_stats, backward=backward, stable_ranks=stable_ranks)
+    records = measure(model, batch, loss_fn, seed, attention_stats, backward=backward, stable_ranks=stable_ranks,
+                      mode=mode)
     if plot is not None:
         predicted, reason = _predicted(model, batch, mode)
         if reason is not None:

@@ -24,13 +24,13 @@ change at run time, the tanh-GeLU beyond its quadrature range, padding masks, a 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
+from ..models.adapter import in_mode
 from ..models.predict import to_records, trace
 from ..nn.block import sublayer_map
 from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
@@ -45,27 +45,11 @@ from ..theory.moments.state import Component, Mixing, Moments, replace
 from .apply import family_of
 from .base import recorded_std
 
-MODES = ("eval", "train")
 # HF activation classes (transformers.activations) → their maps; GELUActivation is the exact-erf GeLU
 ACTIVATIONS = {"GELUActivation": GeLU, "NewGELUActivation": lambda: Smooth("gelu_tanh"),
                "FastGELUActivation": lambda: Smooth("gelu_tanh"), "GELUTanh": lambda: Smooth("gelu_tanh"),
                "PytorchGELUTanh": lambda: Smooth("gelu_tanh"), "SiLUActivation": lambda: Smooth("silu"),
                "SiLU": lambda: Smooth("silu")}
-
-
-@contextmanager
-def in_mode(model: nn.Module, mode: str) -> Iterator[None]:
-    """Run the body with every module of ``model`` in ``mode`` ("eval" | "train"), then put each module's own
-    train/eval state back."""
-    if mode not in MODES:
-        raise ValueError(f"sigprop.hf: mode must be one of {list(MODES)}, got {mode!r}")
-    training = {m: m.training for m in model.modules()}
-    model.train(mode == "train")
-    try:
-        yield
-    finally:
-        for m, was in training.items():
-            m.training = was
 
 
 class Walk:

@@ -20,7 +20,7 @@ once per Hugging Face family (`sigprop.hf.base.Family`, one file per family unde
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
 Chain = tuple[list[Label], list[Component]]
+MODES = ("eval", "train")
 LogitsSink = Callable[[tuple[str, int, str], torch.Tensor], None]
 
 
@@ -80,6 +81,7 @@ class Adapter(ABC):
     """Interface of one model family; subclasses fill every abstract member (module docstring)."""
 
     norm_offset: float = 0.0            # the norms' gain is norm_offset + weight (Gemma's (1 + w): 1)
+    measured_mode: str | None = None    # the train/eval mode tools measure the model in (None: the model's own)
 
     @abstractmethod
     def handles(self, model: nn.Module) -> bool:
@@ -131,6 +133,11 @@ class Adapter(ABC):
     def embedding(self, model: nn.Module) -> tuple[nn.Module, bool]:
         """(module, is_input): the stream entering the first block is that module's output (its input if is_input)."""
 
+    def stack_input(self, model: nn.Module) -> nn.Module | None:
+        """The module whose output is the input of the stack `chain` starts at and reaches nothing else (replacing it
+        probes that stack alone); None where there is none."""
+        return None
+
     @abstractmethod
     def watch_logits(self, model: nn.Module, sink: LogitsSink) -> AbstractContextManager[None]:
         """Inside the context each attention sublayer hands its masked logits (B, H, T, S) to ``sink`` under its
@@ -167,6 +174,21 @@ class Adapter(ABC):
     def predict(self, model: nn.Module, inputs: Any) -> list[Record]:
         """Predicted records at init for the model's positional ``inputs``, in `sigprop.diagnostics.measure`'s
         schema and order."""
+
+
+@contextmanager
+def in_mode(model: nn.Module, mode: str) -> Iterator[None]:
+    """Run the body with every module of ``model`` in ``mode`` ("eval" | "train"), then put each module's own
+    train/eval state back."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    training = {m: m.training for m in model.modules()}
+    model.train(mode == "train")
+    try:
+        yield
+    finally:
+        for m, was in training.items():
+            m.training = was
 
 
 def adapter_of(model: nn.Module) -> Adapter:

@@ -83,20 +83,21 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
         with context:
             model = ARCHITECTURES[cfg.arch](cfg)
         initialize(model, cfg, get_scheme(cfg.scheme))
-    if batch is not None:
         calibrate(model, batch)
     return model
 
 
-def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor]) -> None:
-    """Let the scheme of ``model`` (a sigprop model) set its data-dependent init values from ``batch``, the
-    model's positional inputs (token ids, images, or (src, tgt) for an encdec), on the model's device:
-    `sigprop.schemes.admin.profile` under scheme "admin" with ``admin_mode="profile"``; nothing for the
-    schemes whose init is data-free. Call it at init (the trainer does, on its first training batch).
+def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor] | None = None) -> None:
+    """Let the scheme of ``model`` (a sigprop model) set its data-dependent init values (`Scheme.calibrate`) from
+    ``batch``, the model's positional inputs (token ids, images, or (src, tgt) for an encdec), on the model's
+    device, or without data from the model's own moment maps (each stack's ``stack_chain``):
+    `sigprop.schemes.admin.profile` or the theory's profile under scheme "admin" with ``admin_mode="profile"``;
+    nothing for the schemes whose init is data-free. `build_model` calls it; call it again at init with data (the
+    trainer does, on its first training batch).
 
     Args:
         model: a sigprop model (it carries its ``cfg``), as `build_model` returned it.
-        batch: the model's positional inputs.
+        batch: the model's positional inputs; None: no data.
     """
-    inputs = (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
-    get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs)
+    inputs = None if batch is None else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
+    get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs, model.stack_chain)

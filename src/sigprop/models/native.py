@@ -86,6 +86,10 @@ class Native(Adapter):
     def embedding(self, model: nn.Module) -> tuple[nn.Module, bool]:
         return model.embed, False
 
+    def stack_input(self, model: nn.Module) -> nn.Module | None:
+        """The embedding, where it feeds one stack (an encoder–decoder's feeds both)."""
+        return model.embed if len(self.stacks(model)) == 1 else None
+
     @contextmanager
     def watch_logits(self, model: nn.Module, sink: LogitsSink) -> Iterator[None]:
         def hook(key: tuple[str, int, str]):

@@ -41,13 +41,15 @@ correlation < COLLAPSED_CORR) it keeps the exchangeable backward too.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from torch import nn
 
 from ..records import Record
+from ..schemes.admin import omega_profile
 from ..theory.moments.blocks import parts, serial
 from ..theory.moments.causal import pairs_cover, position_trace
 from ..theory.moments.cross_attention import MemoryView, QueryView
-from ..theory.moments.embedding import zipf_collision_probability
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
 from ..theory.moments.residual import Residual
 from ..theory.moments.state import Component, Moments, ratio, replace
@@ -70,15 +72,6 @@ def _as_model(model_or_cfg: nn.Module | ModelConfig) -> nn.Module:
     return build_model(model_or_cfg, device="meta")
 
 
-def _defaults(model: nn.Module, seq_len: int | None, token_collision: float | None) -> tuple[int, float]:
-    """Sequence length (the position table's size) and the Zipf collision probability over the vocabulary."""
-    if isinstance(model, ViT):
-        return 0, 0.0
-    tables = model.embed
-    L = seq_len or tables.pos.num_embeddings
-    return L, zipf_collision_probability(tables.tok.num_embeddings) if token_collision is None else token_collision
-
-
 def model_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
                 token_collision: float | None = None, memory: Moments | None = None) -> Chain:
     """The model as a chain of moment maps, and the record label of each map's output.
@@ -93,7 +86,7 @@ def model_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = Non
     model = _as_model(model_or_cfg)
     if isinstance(model, ViT):
         return model.moment_chain()
-    L, collision = _defaults(model, seq_len, token_collision)
+    L, collision = model.default_inputs(seq_len, token_collision)
     if isinstance(model, EncoderDecoder):
         return model.moment_chain(L, collision, memory)
     return model.moment_chain(L, collision)
@@ -103,7 +96,7 @@ def encoder_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = N
                   token_collision: float | None = None) -> Chain:
     """The encoder of an ``encdec`` (source embedding to the final norm's output, the memory), as `model_chain`."""
     model = _as_model(model_or_cfg)
-    return model.encoder_chain(*_defaults(model, seq_len, token_collision))
+    return model.encoder_chain(*model.default_inputs(seq_len, token_collision))
 
 
 def memory_gradient(sub: Component, m_in: Moments, g_out: Moments) -> Moments | None:
@@ -175,6 +168,22 @@ def encdec_trace(model: EncoderDecoder, L: int, collision: float, m_in: Moments,
     return enc_labels, enc, dec_labels, dec
 
 
+def predicted_omegas(cfg: ModelConfig, seq_len: int | None = None, token_collision: float | None = None
+                     ) -> dict[str, tuple[float, ...]]:
+    """The profile `sigprop.schemes.admin.profile` gives at init in the moments (`omega_profile`), per stack ("enc",
+    "dec") in sublayer order, for the model ``cfg`` builds (scheme "admin"), in eval mode; ``seq_len`` and
+    ``token_collision`` as `model_chain` (default ``max_seq_len`` tokens, a ViT its own count, drawn by the Zipf law;
+    1/vocab_size for uniformly random tokens).
+
+    Raises:
+        ValueError: a config of another scheme than "admin".
+    """
+    if cfg.scheme != "admin":
+        raise ValueError(f"predicted_omegas takes a ModelConfig of scheme 'admin', got scheme {cfg.scheme!r}")
+    model = build_model(dataclasses.replace(cfg, admin_mode="constant"), device="meta").eval()
+    return omega_profile(cfg, lambda stack, memory: model.stack_chain(stack, memory, seq_len, token_collision))
+
+
 def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
             token_collision: float | None = None) -> list[Record]:
     """Predicted records (layer 0 = embedding output, then one per sublayer) for a sigprop model, or for the
@@ -230,7 +239,7 @@ def predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,
 def _predict(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None, token_collision: float | None
              ) -> list[Record]:
     model = _as_model(model_or_cfg)
-    L, collision = _defaults(model, seq_len, token_collision)
+    L, collision = model.default_inputs(seq_len, token_collision)
     if isinstance(model, EncoderDecoder):
         enc_labels, enc, dec_labels, dec = encdec_trace(model, L, collision, START, START_GRAD)
         return to_records(enc_labels, enc, "enc") + to_records(dec_labels, dec, "dec")

@@ -14,7 +14,7 @@ from ..nn import PatchEmbedding, TokenEmbedding
 from ..nn.maps import component_of, weight_var, zero_bias
 from ..nn.roles import tag_linear
 from ..schemes import get_scheme
-from ..theory.moments.embedding import ClassToken
+from ..theory.moments.embedding import ClassToken, zipf_collision_probability
 from ..theory.moments.linear import Linear
 from ..theory.moments.state import Component, Moments
 from .config import ModelConfig
@@ -41,6 +41,14 @@ class _TiedLM(nn.Module):
         self.embed = TokenEmbedding(cfg.vocab_size, cfg.max_seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.logit_scale = get_scheme(cfg.scheme).logit_scale(cfg)
+
+    def default_inputs(self, seq_len: int | None = None, token_collision: float | None = None) -> tuple[int, float]:
+        """(tokens per sequence, P(two positions hold the same token)): ``seq_len`` or the position table's size,
+        ``token_collision`` or the Zipf law over the vocabulary (natural text)."""
+        tables = self.embed
+        zipf = token_collision is None
+        return (seq_len or tables.pos.num_embeddings,
+                zipf_collision_probability(tables.tok.num_embeddings) if zipf else token_collision)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         return self.drop(self.embed(ids))                                  # (B, T, d)
@@ -77,6 +85,11 @@ class _SingleStackLM(_TiedLM):
     def moment_chain(self, seq_len: int, token_collision: float) -> Chain:
         """The model as moment maps from ids to logits, with each output's record label."""
         return _join(self.input_chain(token_collision), self.stack.moment_chain(seq_len), self.head_chain())
+
+    def stack_chain(self, stack: str, memory: Moments | None = None, seq_len: int | None = None,
+                    token_collision: float | None = None) -> list[Component]:
+        """The moment maps of the model's one stack (`moment_chain` at `default_inputs`)."""
+        return self.moment_chain(*self.default_inputs(seq_len, token_collision))[1]
 
 
 class DecoderLM(_SingleStackLM):
@@ -130,6 +143,13 @@ class EncoderDecoder(_TiedLM):
         memory = self.encoder(self.embed_tokens(src_ids), src_mask)          # (B, S, d)
         return self.logits(self.decoder(self.embed_tokens(tgt_ids), memory=memory, memory_mask=src_mask))
 
+    def stack_chain(self, stack: str, memory: Moments | None = None, seq_len: int | None = None,
+                    token_collision: float | None = None) -> list[Component]:
+        """The moment maps of stack ``stack`` at `default_inputs`: "enc" `encoder_chain`, "dec" `moment_chain` reading
+        ``memory`` (the encoder's output moments)."""
+        inputs = self.default_inputs(seq_len, token_collision)
+        return (self.encoder_chain(*inputs) if stack == "enc" else self.moment_chain(*inputs, memory))[1]
+
     def encoder_chain(self, seq_len: int, token_collision: float) -> Chain:
         """Source embedding to the encoder's output (the memory), as moment maps."""
         return _join(self.input_chain(token_collision), self.encoder.moment_chain(seq_len))
@@ -166,6 +186,15 @@ class ViT(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.stack(self.drop(self.embed(images)))[:, 0])
+
+    def default_inputs(self, seq_len: int | None = None, token_collision: float | None = None) -> tuple[int, float]:
+        """(0, 0.0): a ViT's token count is its patches' (`moment_chain`), and no two patches are one token."""
+        return 0, 0.0
+
+    def stack_chain(self, stack: str, memory: Moments | None = None, seq_len: int | None = None,
+                    token_collision: float | None = None) -> list[Component]:
+        """The moment maps of the model's one stack (`moment_chain`)."""
+        return self.moment_chain()[1]
 
     def moment_chain(self) -> Chain:
         """Patch embedding (N(0, 1) pixels) and dropout, the stack over T = 1 + patches tokens, then the head

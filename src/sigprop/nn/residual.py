@@ -36,6 +36,13 @@ class Residual(nn.Module):
     def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
         return self.alpha.to(x.dtype) * x + self.beta.to(x.dtype) * fx
 
+    @torch.no_grad()
+    def reset_alpha(self, alpha: float) -> None:
+        """Set α (every channel of a per-channel α) and the value it counts as built with (read on the meta device)."""
+        self.built = (float(alpha), self.built[1])
+        if not self.alpha.is_meta:
+            self.alpha.fill_(float(alpha))
+
     def values(self) -> tuple[float, float]:
         """(α, β) as floats: the current values (a per-channel α must be uniform, as built), or the built ones
         on the meta device."""

@@ -11,8 +11,9 @@ parameter update is O(log N) rather than O(N) (the paper's Theorem 2). ``ModelCo
   3 in an encdec decoder): the profiling-free O(log N) form (admin-torch's ``calculate_init``).
 * ``"profile"`` (default): the profiling pass of Transformer-Clinic (`profile`), on the first training
   batch (`sigprop.models.calibrate`, called by the trainer before step 1 and by ``build_model(cfg,
-  batch=...)``). A model built without data takes the theory's profile (`predicted_omegas`), so it is
-  always defined. A resumed run reads ω from its checkpoint (the checkpoint's values replace any profile).
+  batch=...)``). A model built without data takes the theory's profile (`omega_profile` over its own moment
+  maps, `Admin.calibrate`; `sigprop.models.predict.predicted_omegas` for a config), so it is always defined.
+  A resumed run reads ω from its checkpoint (the checkpoint's values replace any profile).
 
 Profiling, per stack in sublayer order with r = 1: ω_i ← r, then r ← √(Var[ω_i x_{i−1}] + Var[f_i(x_{i−1})]),
 each variance over every entry of the (batch, tokens, features) tensor (Transformer-Clinic's ``np.var`` of
@@ -32,13 +33,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import lru_cache
 from typing import Any
 
 import torch
 from torch import nn
 
-from .base import Scheme, Site, stack_layers, sublayers_per_block
+from ..nn.block import Sublayer
+from ..nn.residual import Residual
+from ..theory.moments.postnorm import PostNormResidual
+from ..theory.moments.state import Component, Moments
+from .base import ChainOf, Scheme, Site, stack_layers, sublayers_per_block
 
 
 def n_sublayers(cfg: Any, stack: str) -> int:
@@ -59,36 +63,24 @@ def _index(cfg: Any, site: Site) -> int:
     return site.layer * len(kinds) + kinds.index(site.sublayer)
 
 
-def predicted_omegas(cfg: Any, seq_len: int | None = None, token_collision: float | None = None
-                     ) -> dict[str, tuple[float, ...]]:
-    """The profile `profile` gives at init in the moments, per stack ("enc", "dec") in sublayer order, for the
-    model ``cfg`` builds (scheme "admin"), in eval mode (module docstring); ``seq_len`` and ``token_collision``
-    as `sigprop.models.predict.model_chain` (default ``max_seq_len`` tokens, a ViT its own count, drawn by the
-    Zipf law; 1/vocab_size for uniformly random tokens)."""
-    if cfg.scheme != "admin":
-        raise ValueError(f"predicted_omegas takes a ModelConfig of scheme 'admin', got scheme {cfg.scheme!r}")
-    return _predicted(dataclasses.replace(cfg, admin_mode="constant"), seq_len, token_collision)
+def stack_names(cfg: Any) -> tuple[str, ...]:
+    """The model's stacks in forward order: ("enc", "dec") for an encdec, ("dec",) for a decoder, else ("enc",)."""
+    return {"encdec": ("enc", "dec"), "decoder": ("dec",)}.get(cfg.arch, ("enc",))
 
 
-@lru_cache(maxsize=64)
-def _predicted(cfg: Any, seq_len: int | None, collision: float | None) -> dict[str, tuple[float, ...]]:
-    from ..models.build import build_model
-    from ..models.predict import encoder_chain, model_chain
-    from ..models.transformer import EncoderDecoder
-
-    model = build_model(cfg, device="meta").eval()          # any ω: the walk sets each sublayer's own
-    if isinstance(model, EncoderDecoder):
-        enc, memory = _walk(encoder_chain(model, seq_len, collision)[1])
-        return {"enc": enc, "dec": _walk(model_chain(model, seq_len, collision, memory)[1])[0]}
-    return {getattr(model, "stack_name", "enc"): _walk(model_chain(model, seq_len, collision)[1])[0]}
+def omega_profile(cfg: Any, chain_of: ChainOf) -> dict[str, tuple[float, ...]]:
+    """The profile `profile` gives at init in the moments (module docstring), per stack in sublayer order, from
+    each stack's moment maps ``chain_of(stack, memory)`` (`Scheme.calibrate`; a decoder's read the encoder's
+    output moments)."""
+    omegas, memory = {}, None
+    for stack in stack_names(cfg):
+        omegas[stack], memory = _walk(chain_of(stack, memory))
+    return omegas
 
 
-def _walk(chain: list) -> tuple[tuple[float, ...], Any]:
+def _walk(chain: list[Component]) -> tuple[tuple[float, ...], Moments]:
     """ω of every Post-LN sublayer of ``chain`` by the profiling recursion in the moments, and the chain's
     output moments (from the standard input N(0, 1), as `predict`)."""
-    from ..theory.moments.postnorm import PostNormResidual
-    from ..theory.moments.state import Moments
-
     m, r, omegas = Moments(0.0, 1.0, 0.0), 1.0, []
     for c in chain:
         if isinstance(c, PostNormResidual):
@@ -105,9 +97,6 @@ def profile(model: nn.Module, batch: torch.Tensor | tuple[torch.Tensor, ...]) ->
     positional inputs: token ids, images, or (src, tgt) for an encdec), in eval mode (module docstring);
     returns the ω set, per stack in sublayer order. Sublayers of a sigprop model count per stack; the
     shortcuts `sigprop.hf.apply` registers on a Hugging Face model (key None) form one stack."""
-    from ..nn.block import Sublayer
-    from ..nn.residual import Residual
-
     inputs = (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
     stacks = {id(m.residual): m.site.stack for m in model.modules() if isinstance(m, Sublayer) and hasattr(m, "site")}
     shortcuts = [m for m in model.modules() if isinstance(m, Residual) and m.alpha.ndim == 1]
@@ -148,11 +137,24 @@ class Admin(Scheme):
     channel_residual = True
 
     def residual(self, cfg: Any, site: Site) -> tuple[float, float]:
-        if cfg.admin_mode == "constant":
-            return constant_omega(n_sublayers(cfg, site.stack)), 1.0
-        return predicted_omegas(cfg)[site.stack][_index(cfg, site)], 1.0
+        """The constant ω; under admin_mode "profile" the model's `calibrate` replaces it."""
+        return constant_omega(n_sublayers(cfg, site.stack)), 1.0
 
-    def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
-        """admin_mode "profile": `profile` on ``inputs``; "constant" keeps its ω."""
-        if cfg.admin_mode == "profile":
+    def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...] | None, chain_of: ChainOf
+                  ) -> None:
+        """admin_mode "profile": `profile` on ``inputs``, or without data the theory's profile (`omega_profile`,
+        the model in eval mode); "constant" keeps its ω."""
+        if cfg.admin_mode != "profile":
+            return
+        if inputs is not None:
             profile(model, inputs)
+            return
+        training = model.training
+        model.eval()
+        try:
+            omegas = omega_profile(cfg, chain_of)
+        finally:
+            model.train(training)
+        for sub in model.modules():
+            if isinstance(sub, Sublayer) and hasattr(sub, "site"):
+                sub.residual.reset_alpha(omegas[sub.site.stack][_index(cfg, sub.site)])

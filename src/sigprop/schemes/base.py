@@ -12,14 +12,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
 from ..fields import FieldError
 from ..nn.roles import role_of, set_init_std, site_of
+from ..theory.moments.state import Component, Moments
 from . import mup
+
+ChainOf = Callable[[str, Moments | None], list[Component]]    # (stack, memory) -> the stack's moment maps
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,12 @@ class Scheme:
             raise FieldError(f"ModelConfig.residual_lambda/residual_gamma are used only by schemes "
                              f"'shaped' and 'dslm'; scheme {self.name!r} fixes its own residual weights")
 
-    def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
-        """Set the init values that depend on data from forward passes on ``inputs`` (the model's positional
-        inputs, e.g. the first training batch's); nothing for a scheme whose init is data-free."""
+    def calibrate(self, cfg: Any, model: nn.Module, inputs: tuple[torch.Tensor, ...] | None, chain_of: ChainOf
+                  ) -> None:
+        """Set the init values that depend on data: from forward passes on ``inputs`` (the model's positional
+        inputs, e.g. the first training batch's), or without data (``inputs`` None) from the model's own moment
+        maps, ``chain_of(stack, memory)`` (the maps of stack "enc"/"dec" in forward order, a decoder's cross-attention
+        reading the encoder's output moments ``memory``); nothing for a scheme whose init is data-free."""
 
     def activation(self, cfg: Any) -> str:
         return cfg.activation
