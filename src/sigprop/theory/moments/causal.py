@@ -30,12 +30,10 @@ from .blocks import Serial, parts, serial
 from .causal_attention import attention_bwd, row_vars
 from .covariances import alike, gains, grad_summary, residual_sum
 from .pairs import Forward, Spreads, pair_forward, pairs_cover
-from .positions import CAUSAL_ROWS, position_fwd, position_gains, residual_inputs, serial_inputs
+from .positions import CAUSAL_ROWS, COMPOSITES, position_fwd, position_gains, residual_inputs, serial_inputs
 from .postnorm import PostNormResidual, coherent_attention, homogeneous_kurtosis
 from .residual import Residual
 from .state import Component, Mixing, Moments, token_mixing
-
-_COMPOSITES = (Serial, Residual, PostNormResidual)
 
 
 def _postnorm(c: PostNormResidual, m: Moments, f: Moments, rows: np.ndarray | None = None
@@ -100,7 +98,7 @@ def _serial_bwd(components: tuple[Component, ...], states: list[Moments], G: np.
     off: np.ndarray | float = 1.0
     for comp, m, p, spread in zip(reversed(components), reversed(states[:-1]), reversed(per[:len(components)]),
                                   reversed(spreads)):
-        if isinstance(comp, _COMPOSITES):
+        if isinstance(comp, COMPOSITES):
             G = position_bwd(comp, m, G if _unit(on, off) else gains(G, on, off), p)
             on = off = 1.0
         elif not (mixing := token_mixing(comp)).tokenwise:

@@ -21,23 +21,22 @@ import numpy as np
 from .blocks import Serial, parts
 from .causal_attention import attention_pairs
 from .covariances import alike, residual_sum, summary, uniform
-from .positions import position_fwd, serial_inputs
+from .positions import COMPOSITES, position_fwd, serial_inputs
 from .postnorm import PostNormResidual
 from .residual import Residual
 from .state import Component, Mixing, Moments, replace, token_mixing
 
 PAIR_NODES = 3          # Chebyshev nodes of a tokenwise run's correlation map over the pairs' range (`pair_forward`)
-_COMPOSITES = (Serial, Residual, PostNormResidual)
 
 
 def _tokenwise(c: Component) -> bool:
     """Whether ``c`` is a map (not a composition) that declares a tokenwise `Mixing`."""
-    return not isinstance(c, _COMPOSITES) and token_mixing(c).tokenwise
+    return not isinstance(c, COMPOSITES) and token_mixing(c).tokenwise
 
 
 def _softmax_rows(c: Component) -> bool:
     """Whether ``c`` is causal softmax attention, whose mixing of C is derived (`causal_attention`)."""
-    return not isinstance(c, _COMPOSITES) and token_mixing(c) is Mixing.CAUSAL_SOFTMAX
+    return not isinstance(c, COMPOSITES) and token_mixing(c) is Mixing.CAUSAL_SOFTMAX
 
 
 def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> bool:
@@ -50,7 +49,7 @@ def pairs_cover(components: list[Component] | tuple[Component, ...], L: int) -> 
         if isinstance(c, (Residual, PostNormResidual)):
             return all(_tokenwise(q) or _softmax_rows(q) for q in parts(c.branch))
         return _tokenwise(c)
-    return (L >= 2 and len(components) > 0 and not isinstance(components[0], _COMPOSITES)
+    return (L >= 2 and len(components) > 0 and not isinstance(components[0], COMPOSITES)
             and token_mixing(components[0]) is Mixing.SOURCE and all(covered(c) for c in components[1:]))
 
 

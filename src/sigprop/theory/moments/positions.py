@@ -28,6 +28,7 @@ _UNIT, _SHARED = Moments(0.0, 1.0, 0.0, 1.0, 0.0), Moments(0.0, 1.0, 0.0, 1.0, 1
 CAUSAL_ROWS = frozenset({Mixing.CAUSAL_SOFTMAX, Mixing.CAUSAL_SHAPED})   # closed-form causal rows: `causal_attention`
 _AFFINE = frozenset({Mixing.IDENTITY, Mixing.AFFINE})
 _ALIKE = frozenset({Mixing.SCALE_FREE, Mixing.SOURCE, Mixing.ALL})      # output positions alike whatever the input's
+COMPOSITES = (Serial, Residual, PostNormResidual)     # compositions, walked by their structure rather than declared
 
 
 @lru_cache(maxsize=65536)
