@@ -118,13 +118,7 @@ class Native(Adapter):
         model.cfg = dataclasses.replace(model.cfg, n_layers=len(blocks))
 
     def check_growth(self, model: nn.Module, mode: str) -> None:
-        cfg = model.cfg
-        if len(self.stacks(model)) > 1:
-            raise UserError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
-                            "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
-        if mode == "dslm" and cfg.scheme != "dslm":
-            raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
-                            f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
+        check_growth(model.cfg, mode)
 
     def fresh_blocks(self, model: nn.Module, n_layers: int) -> list[nn.Module]:
         sample = next(model.parameters())
@@ -145,6 +139,26 @@ class Native(Adapter):
 
     def predict(self, model: nn.Module, inputs: Any) -> list[Record]:
         return predict(model, seq_len=inputs[0].shape[-1])
+
+
+def check_growth(cfg: ModelConfig, mode: str) -> None:
+    """Refuse, from the config alone, a growth ``mode`` the model ``cfg`` builds cannot take (`sigprop.models.grow`):
+    an encoder–decoder (two depths), "identity" under Post-LN (N(x + 0) ≠ x), "dslm" under another scheme.
+
+    Raises:
+        UserError: naming the reason.
+    """
+    if cfg.arch == "encdec":
+        raise UserError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
+                        "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
+    if mode == "identity" and cfg.norm_placement == "post":
+        raise UserError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; this model "
+                        f"(scheme {cfg.scheme!r}, norm_placement {cfg.norm_placement!r}) normalizes after it, "
+                        "N(x + 0) ≠ x, so a zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme "
+                        "'dslm')")
+    if mode == "dslm" and cfg.scheme != "dslm":
+        raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
+                        f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
 
 
 NATIVE = Native()

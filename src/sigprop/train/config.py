@@ -27,6 +27,7 @@ from ..fields import (
 )
 from ..models import ModelConfig
 from ..models.grow import MODES
+from ..models.native import check_growth
 from .distributed import check_device_name
 
 ARCH_OBJECTIVE = {"decoder": "clm", "encoder": "mlm", "encdec": "denoise", "vit": "digits"}
@@ -170,9 +171,11 @@ class RunConfig:
         _require(t.compile == "off", "train.compile", t.compile, "'off' with train.grow_at (the model changes)")
         _require(self.model.shaping != "recover", "model.shaping", self.model.shaping,
                  "'fixed' or 'learn' with train.grow_at (the recover schedule holds the model it was built for)")
-        from .growth import check_growth
-
-        check_growth(self)
+        try:
+            check_growth(self.model, t.grow_mode)
+        except ValueError as e:
+            raise FieldError(f"train.grow_mode={t.grow_mode!r} / train.grow_to={t.grow_to} / "
+                             f"train.grow_every={t.grow_every}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-ready)."""

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from ..console import UserError
-from ..fields import FieldError
 from ..models.grow import Slot, grow, plan
 from .config import RunConfig
 from .optim import make_optimizer
@@ -77,15 +76,3 @@ def grown(cfg: RunConfig, model: nn.Module) -> tuple[RunConfig, nn.Module, list[
         deeper = grow(model, t.grow_to, t.grow_mode, every, at)
     done = dataclasses.replace(t, grow_at=0, grow_to=0)
     return dataclasses.replace(cfg, model=deeper.cfg, train=done), deeper, slots
-
-
-def check_growth(cfg: RunConfig) -> None:
-    """Refuse a growth the model cannot take before the run starts: the grow rules applied to the model built
-    on the meta device (ValueError naming ``train.grow_*``)."""
-    from ..models.build import build_model
-
-    try:
-        grown(cfg, build_model(cfg.model, device="meta"))
-    except ValueError as e:
-        raise FieldError(f"train.grow_mode={cfg.train.grow_mode!r} / train.grow_to={cfg.train.grow_to} / "
-                         f"train.grow_every={cfg.train.grow_every}: {e}") from None
