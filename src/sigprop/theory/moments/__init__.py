@@ -19,11 +19,11 @@ from .postnorm import PostNormResidual
 from .residual import Residual
 from .rope import RopeAttention
 from .softmax import Softmax
-from .state import Component, Moments
+from .state import Component, Mixing, Moments
 
 __all__ = [
     "Attention", "Component", "CrossAttention", "Dropout", "Embedding", "GatedMLP", "GeLU", "LayerNorm", "Linear",
-    "MemoryView", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView", "RMSNorm", "ReLU",
-    "Residual", "RopeAttention", "Serial", "ShapedReLU", "Smooth", "Softmax",
+    "MemoryView", "Mixing", "Moments", "PatchEmbedding", "PiecewiseLinear", "PostNormResidual", "QueryView",
+    "RMSNorm", "ReLU", "Residual", "RopeAttention", "Serial", "ShapedReLU", "Smooth", "Softmax",
     "attention_block", "ffn_block", "serial", "zipf_collision_approx", "zipf_collision_probability",
 ]
