@@ -182,6 +182,10 @@ class Family(Adapter):
         if getattr(model.config, "scale_attn_by_inverse_layer_idx", False):
             raise UserError("grow: config.scale_attn_by_inverse_layer_idx=True scales each GPT-2 block's attention "
                             "by 1/(its index + 1), so renumbering the blocks would change the existing ones")
+        if mode == "identity" and self.placement == "post":
+            raise UserError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; model_type "
+                            f"{model.config.model_type!r} normalizes after it, N(x + 0) ≠ x, so a zeroed block is not "
+                            "the identity: use mode 'copy'")
         if mode == "dslm":
             raise UserError("grow: mode 'dslm' needs a sigprop model of scheme 'dslm'; a transformers model has no "
                             "sigprop scheme: use mode 'identity' or 'copy'")

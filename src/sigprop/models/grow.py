@@ -12,15 +12,16 @@ Placement (`plan`), for a stack of L blocks grown to N (E = N − L new blocks):
 
 Modes:
 
-* ``identity``: each new block is a copy of its neighbour whose output projections (attention ``o_proj``
-  and MLP ``fc2``; GPT-2's two ``c_proj``; LLaMA's ``o_proj`` and ``down_proj``), weights and biases, are
-  zero, so its branches add exactly 0. A sigprop sublayer is then the identity only if nothing else
+* ``identity``: each new block is a copy of its neighbour whose output projections (`Adapter.output_projections`:
+  attention ``o_proj`` and MLP ``fc2``; GPT-2's two ``c_proj``; LLaMA's ``o_proj`` and ``down_proj``), weights and
+  biases, are zero, so its branches add exactly 0. A sigprop sublayer is then the identity only if nothing else
   touches the stream: with the norm after the add (Post-LN, DeepNorm) ``N(αx)`` ≠ x, so such models
   are refused; a skip weight α ≠ 1 (DSLM's λ, the Shaped Transformer's λ) is set to exactly 1 in the
   new blocks (their β is the neighbour's), which makes them the identity. With a norm on the branch output
   (placements "out", "sandwich") a zeroed projection would feed that norm a zero vector (its output the
   shift, its Jacobian 1/√ε), so there the norm's gain and shift are zeroed instead and the projections
-  kept: N(f)·0 + 0 = 0 (OLMo 2's output norms: weight 0; Gemma 3's, whose gain is 1 + weight: weight −1). The
+  kept: N(f)·0 + 0 = 0 (gain offset + weight = 0, `Adapter.norm_offset`: OLMo 2's output norms weight 0; Gemma 3's,
+  whose gain is 1 + weight, weight −1). The
   function, and so every logit, is unchanged; the new blocks start learning
   through the zeroed parameters' gradients.
 * ``copy``: each new block is an exact copy of its neighbour (its residual weights included); the
@@ -33,53 +34,28 @@ Modes:
   sublayer keeps λ² + β² = 1, so a unit-variance stream stays one through old and new blocks alike.
 
 Kept in every mode: the embeddings, final norm and head, and every existing block with its residual
-weights. A sigprop model gets ``cfg.n_layers = N``; its blocks are renumbered (site tags `tag_site`
-and each sublayer's ``site``), new parameters carry their role tags and recorded init std (0 for a
-zeroed projection), so `initialize`, the optimizer groups and checkpoints treat the grown model like a
-freshly built one of depth N. A `transformers` model gets ``config.num_hidden_layers = N`` (and a
-longer ``config.layer_types`` where the config has one) and renumbered ``layer_idx`` (KV cache slots).
+weights. The model's adapter (`sigprop.models.adapter.Adapter.insert_blocks`) puts the grown stack in place and
+renumbers it: a sigprop model gets ``cfg.n_layers = N`` and renumbered blocks (site tags `tag_site` and each
+sublayer's ``site``), its new parameters carry their role tags and recorded init std (0 for a zeroed projection),
+so `initialize`, the optimizer groups and checkpoints treat the grown model like a freshly built one of depth N;
+a `transformers` model gets ``config.num_hidden_layers = N`` (and a longer ``config.layer_types`` where the config
+has one) and renumbered ``layer_idx`` (KV cache slots).
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..console.errors import UserError
-from ..nn import Block
-from ..nn.block import OUTPUT_NORMED
-from ..nn.roles import set_init_std, tag_site
-from ..schemes import Site
+from ..nn.roles import set_init_std
 from ..schemes.dslm_growth import set_new_block_gains_
-from .build import build_model
-from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
+from .adapter import Adapter, adapter_of
 
 MODES = ("identity", "copy", "dslm")
 PLACES = ("top",)
-SUBLAYERS = ("attn", "cross", "mlp")
-OUTPUT_PROJECTIONS = {"attn": "o_proj", "cross": "o_proj", "mlp": "fc2"}   # sigprop: sublayer -> fn attribute
-
-# transformers families: model_type -> (block list attribute of the backbone, output projections of a block)
-HF_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gpt2": ("h", ("attn.c_proj", "crossattention.c_proj", "mlp.c_proj")),
-    "llama": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
-    "mistral": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
-    "qwen2": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
-    "qwen3": ("layers", ("self_attn.o_proj", "mlp.down_proj")),
-    "olmo2": ("layers", ()),
-    "gemma3_text": ("layers", ()),
-}
-# transformers families with a norm on each branch output (placements "out", "sandwich"): model_type -> (those norms
-# in a block, the offset c of their gain c + weight); mode "identity" zeroes their gain (weight = −c) instead of the
-# projections (module docstring)
-HF_OUTPUT_NORMS: dict[str, tuple[tuple[str, ...], float]] = {
-    "olmo2": (("post_attention_layernorm", "post_feedforward_layernorm"), 0.0),
-    "gemma3_text": (("post_attention_layernorm", "post_feedforward_layernorm"), 1.0),
-}
 
 
 @dataclass(frozen=True)
@@ -119,10 +95,10 @@ def grow(model: nn.Module, n_layers: int, mode: str = "identity", every: int | N
          at: str | None = None) -> nn.Module:
     """A deeper copy of ``model`` with ``n_layers`` blocks (``model`` itself is not changed).
 
-    ``model``: a sigprop `DecoderLM`, `EncoderMLM` or `ViT`, or a `transformers` model of a family in
-    `HF_FAMILIES` (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3 text). An `EncoderDecoder` is refused (its
+    ``model``: any model with an adapter (`sigprop.models.adapter.adapter_of`): a sigprop `DecoderLM`, `EncoderMLM`
+    or `ViT`, or a `transformers` model of a family in `sigprop.hf.SUPPORTED`. An `EncoderDecoder` is refused (its
     two stacks make "the depth" ambiguous), as is a `transformers` model after `sigprop.hf.apply` (its hooks hold the
-    old blocks).
+    old blocks), or any adapter's refusal (`Adapter.check_growth`).
     ``mode``: one of `MODES`; ``every``/``at``: placement (`plan`); the module docstring states both.
 
     Args:
@@ -142,17 +118,31 @@ def grow(model: nn.Module, n_layers: int, mode: str = "identity", every: int | N
     """
     if mode not in MODES:
         raise UserError(f"grow: mode must be one of {MODES}, got {mode!r}")
-    if isinstance(model, EncoderDecoder):
-        raise UserError("grow: an encoder-decoder has two stacks (n_layers and n_dec_layers), so which one grows "
-                        "is ambiguous; grow supports arch 'decoder', 'encoder' and 'vit'")
-    if isinstance(model, (DecoderLM, EncoderMLM, ViT)):
-        return _grow_sigprop(model, n_layers, mode, every, at)
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type in HF_FAMILIES:
-        return _grow_hf(model, model_type, n_layers, mode, every, at)
-    raise UserError(f"grow: supports sigprop DecoderLM, EncoderMLM and ViT models and transformers models with "
-                    f"config.model_type in {tuple(HF_FAMILIES)}; got {type(model).__name__}"
-                    + (f" with model_type {model_type!r}" if model_type is not None else ""))
+    try:
+        adapter = adapter_of(model)
+    except ValueError as e:
+        raise UserError(f"grow: supports sigprop DecoderLM, EncoderMLM and ViT models and transformers models of a "
+                        f"supported family; {e}") from None
+    adapter.check_growth(model, mode)
+    slots = plan(len(adapter.blocks(model)), n_layers, every, at)
+    grown = tagged_copy(model)
+    old = adapter.blocks(grown)
+    fresh = adapter.fresh_blocks(grown, n_layers) if mode == "dslm" else None
+    blocks = []
+    for j, slot in enumerate(slots):
+        if not slot.new:
+            block = old[slot.source]
+        elif fresh is not None:
+            block = fresh[j]
+        else:
+            block = tagged_copy(old[slot.source])
+            if mode == "identity":
+                _make_identity(adapter, block)
+        blocks.append(block)
+    adapter.insert_blocks(grown, blocks, [slot.source for slot in slots])
+    if mode == "dslm":
+        set_new_block_gains_(grown, [slot.new for slot in slots])     # their V/O at the grown stream's gain
+    return grown
 
 
 def tagged_copy(module: nn.Module) -> nn.Module:
@@ -167,116 +157,21 @@ def tagged_copy(module: nn.Module) -> nn.Module:
 
 
 @torch.no_grad()
-def _zero_projection(linear: nn.Module) -> None:
-    """Zero a Linear/Conv1D's weight and bias; the weight's recorded init std becomes 0 (its moment map)."""
-    linear.weight.zero_()
-    set_init_std(linear.weight, 0.0)
-    if getattr(linear, "bias", None) is not None:
-        linear.bias.zero_()
-
-
-@torch.no_grad()
-def _zero_branch(sub: nn.Module, kind: str) -> None:
-    """Make a sigprop sublayer's branch add exactly 0: zero its output norm's affine parameters where it has one
-    (module docstring), else its output projection."""
-    if sub.placement in OUTPUT_NORMED:
-        for p in sub.out_norm.parameters():
-            p.zero_()
-    else:
-        _zero_projection(getattr(sub.fn, OUTPUT_PROJECTIONS[kind]))
-
-
-def _sublayers(block: Block) -> list[tuple[str, nn.Module]]:
-    return [(kind, getattr(block, kind)) for kind in SUBLAYERS if getattr(block, kind) is not None]
-
-
-def _grow_sigprop(model: nn.Module, n: int, mode: str, every: int | None, at: str | None) -> nn.Module:
-    cfg = model.cfg
-    old = list(model.stack.blocks)
-    slots = plan(len(old), n, every, at)
-    placement = model.stack.placement
-    if mode == "identity" and placement == "post":
-        raise UserError(f"grow: mode 'identity' needs blocks x + f(x) with no norm after the add; this model "
-                        f"(scheme {cfg.scheme!r}, norm_placement {cfg.norm_placement!r}) normalizes after it, "
-                        "N(x + 0) ≠ x, so a zeroed block is not the identity: use mode 'copy' (or 'dslm' for scheme "
-                        "'dslm')")
-    if mode == "dslm" and cfg.scheme != "dslm":
-        raise UserError(f"grow: mode 'dslm' initializes new blocks by DSLM's rules and needs a model of scheme "
-                        f"'dslm'; this one has scheme {cfg.scheme!r}: use mode 'identity' or 'copy'")
-    new_cfg = dataclasses.replace(cfg, n_layers=n)
-    grown = tagged_copy(model)
-    sample = next(grown.parameters())
-    fresh = build_model(new_cfg).stack.blocks.to(sample.device, sample.dtype) if mode == "dslm" else None
-    stack = old[0].attn.site.stack
-    blocks = []
-    for j, slot in enumerate(slots):
-        if not slot.new:
-            block = grown.stack.blocks[slot.source]
-        elif fresh is not None:
-            block = fresh[j]
+def _make_identity(adapter: Adapter, block: nn.Module) -> None:
+    """Make every branch of ``block`` add exactly 0 and its shortcut weight α exactly 1 (module docstring): a norm on
+    the branch output gets gain offset + weight = 0 and shift 0, else the output projections (weights and biases)
+    are zeroed, their recorded init std 0 (their moment map)."""
+    for site in adapter.sites(block):
+        norm = adapter.output_norm(block, site.kind)
+        if not isinstance(norm, nn.Identity):
+            for name, p in norm.named_parameters(recurse=False):
+                p.fill_(0.0 - adapter.norm_offset if name == "weight" else 0.0)
         else:
-            block = tagged_copy(grown.stack.blocks[slot.source])
-            if mode == "identity":
-                for kind, sub in _sublayers(block):
-                    _zero_branch(sub, kind)
-                    with torch.no_grad():
-                        sub.residual.alpha.fill_(1.0)
-        tag_site(block, stack, j)
-        for kind, sub in _sublayers(block):
-            sub.site = Site(stack, j, kind)
-        blocks.append(block)
-    grown.stack.blocks = nn.ModuleList(blocks)
-    grown.cfg = new_cfg
-    if mode == "dslm":
-        set_new_block_gains_(grown, [slot.new for slot in slots])     # their V/O at the grown stream's gain
-    return grown
-
-
-def _grow_hf(model: nn.Module, model_type: str, n: int, mode: str, every: int | None,
-             at: str | None) -> nn.Module:
-    if getattr(model, "sigprop_config", None) is not None:
-        raise UserError("grow: this transformers model went through sigprop.hf.apply, whose hooks and residual "
-                        "modules belong to its current blocks; grow the model first, then apply the scheme")
-    config = model.config
-    if getattr(config, "scale_attn_by_inverse_layer_idx", False):
-        raise UserError("grow: config.scale_attn_by_inverse_layer_idx=True scales each GPT-2 block's attention by "
-                        "1/(its index + 1), so renumbering the blocks would change the existing ones")
-    if mode == "dslm":
-        raise UserError("grow: mode 'dslm' needs a sigprop model of scheme 'dslm'; a transformers model has no "
-                        "sigprop scheme: use mode 'identity' or 'copy'")
-    attr, projections = HF_FAMILIES[model_type]
-    grown = copy.deepcopy(model)
-    base = grown.base_model
-    old = list(getattr(base, attr))
-    slots = plan(len(old), n, every, at)
-    blocks = []
-    for j, slot in enumerate(slots):
-        block = old[slot.source] if not slot.new else copy.deepcopy(old[slot.source])
-        if slot.new and mode == "identity":
-            for path in projections:
-                linear = _find(block, path)
-                if linear is not None:
-                    _zero_projection(linear)
-            norms, offset = HF_OUTPUT_NORMS.get(model_type, ((), 0.0))
-            for path in norms:
-                with torch.no_grad():
-                    _find(block, path).weight.fill_(-offset)       # gain offset + weight = 0: N(f)·0 = 0
-        for module in block.modules():
-            if isinstance(getattr(module, "layer_idx", None), int):
-                module.layer_idx = j
-        blocks.append(block)
-    setattr(base, attr, nn.ModuleList(blocks))
-    types = getattr(config, "layer_types", None)
-    grown.config.num_hidden_layers = n
-    if isinstance(types, (list, tuple)) and len(types) == len(old):
-        grown.config.layer_types = [types[s.source] for s in slots]
-    return grown
-
-
-def _find(module: nn.Module, path: str) -> Any:
-    """The submodule at dotted ``path``, or None where the block has none (GPT-2 without cross-attention)."""
-    for name in path.split("."):
-        module = getattr(module, name, None)
-        if module is None:
-            return None
-    return module
+            for linear in adapter.output_projections(block, site.kind):
+                linear.weight.zero_()
+                set_init_std(linear.weight, 0.0)
+                if getattr(linear, "bias", None) is not None:
+                    linear.bias.zero_()
+        residual = adapter.residual(block, site.kind)
+        if residual is not None:
+            residual.reset_alpha(1.0)
