@@ -15,9 +15,11 @@ measures. So:
 2. **Grid**: `FIRST_RUNS` lrs `SPACING` apart, centred on the proxy's own rule-based advice
    (`sigprop.advice.advise`), then one step beyond the edge that holds the lowest final loss while it does, up
    to `MAX_RUNS` runs (`sigprop.train.lr_grid.next_lr`); the runs go through `sigprop.train.sweep` (resumable).
-3. **Transfer**: r = η_T / η_P, the ratio of the target's and the proxy's *output-change* lr scale (the peak lr at
-   which the first Adam step changes the model's output by its own size, `sigprop.advice.rule.limits`: the quantity
-   μP keeps O(1) as width grows, so r → 1 between two μP models that differ in width alone). The target's recommended
+3. **Transfer**: r = η_T / η_P, the ratio of the target's and the proxy's *layer-change* lr scale (the peak lr at
+   which the first Adam step changes some weight layer's output by its own size, `sigprop.advice.rule.limits`: a
+   quantity μP keeps O(1) as width grows, so r → 1 between two μP models that differ in width alone). Of the three
+   first-step scales scored as the basis on the lr benchmark (the output's change, the largest layer's, the median
+   layer's), the largest layer's had the least held-out regret (docs/advise.md). The target's recommended
    lr is r × the proxy's optimum (the vertex of a parabola in log lr through the lowest grid point and its
    neighbours, the grid point itself at an edge); its largest stable lr is r × the largest proxy lr that trains; its
    outcome at lr η is the proxy's achieved outcome at the grid lr nearest η / r in log lr. The grid goes on upward
@@ -49,7 +51,7 @@ from .advise import DEFAULT_RULE, Advice, _finite, advise
 MIN_WIDTH, MIN_HEAD, MIN_DEPTH = 32, 8, 2       # the smallest proxy: width, head width, blocks
 FIRST_RUNS, MAX_RUNS, SPACING = 3, 6, 3.0        # the proxy's first grid, its most runs, the ratio of neighbours
 MIN_STEPS = 20                                   # a proxy's horizon is never cut below this
-BASIS = "output change"                          # the lr scale whose ratio carries the optimum
+BASIS = "layer change"                           # the lr scale whose ratio carries the optimum
 
 
 def tokens_per_example(cfg: RunConfig) -> int:

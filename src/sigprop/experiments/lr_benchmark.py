@@ -21,7 +21,8 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
-(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change;
+(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
+`sigprop advise` ships it;
 ``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-pair`` —
 `sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
 on the other families), the better one chosen. The advise choosers
