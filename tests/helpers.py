@@ -9,7 +9,7 @@ logits in one pass (`logits`) and token by token through the KV cache (`cached_l
 imported by the model helpers only, so this module imports without it.
 `block_series_hyp2f1`: the reference series of the norms' ₂F₁, summed in blocks only.
 `shared_keys_on_every_pair`: the causal V path's same-key excess put on every pair of keys, the counterfactual to
-`sigprop.theory.moments.causal._shared_keys`."""
+`sigprop.theory.moments.causal_attention._shared_keys`."""
 import inspect
 import math
 import os
