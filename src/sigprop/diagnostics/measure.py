@@ -28,7 +28,8 @@ from typing import Any, Callable, Union
 import torch
 from torch import nn
 
-from ..models.adapter import adapter_of, in_mode
+from ..models.adapter import adapter_of
+from ..nn.modes import in_mode
 from ..records import Record
 from .statistics import attention_entropy, stable_rank, token_correlation
 

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from ..console.errors import UserError
-from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite, in_mode
+from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
 from ..nn.maps import zero_bias
+from ..nn.modes import in_mode
 from ..nn.residual import Residual
 from ..nn.roles import init_std_of, set_init_std
 from ..records import Record

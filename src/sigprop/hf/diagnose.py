@@ -20,7 +20,7 @@ from torch import nn
 
 from ..diagnostics.measure import measure
 from ..diagnostics.plot import plot_records
-from ..models.adapter import MODES
+from ..nn.modes import MODES
 from ..records import Record
 from .apply import family_of
 from .walk import predict

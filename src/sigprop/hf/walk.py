@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models.adapter import in_mode
 from ..models.predict import to_records, trace
 from ..nn.block import sublayer_map
 from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
+from ..nn.modes import in_mode
 from ..records import Record
 from ..theory.moments.attention import Attention
 from ..theory.moments.blocks import serial

@@ -20,7 +20,7 @@ once per Hugging Face family (`sigprop.hf.base.Family`, one file per family unde
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
 Chain = tuple[list[Label], list[Component]]
-MODES = ("eval", "train")
 LogitsSink = Callable[[tuple[str, int, str], torch.Tensor], None]
 
 
@@ -174,21 +173,6 @@ class Adapter(ABC):
     def predict(self, model: nn.Module, inputs: Any) -> list[Record]:
         """Predicted records at init for the model's positional ``inputs``, in `sigprop.diagnostics.measure`'s
         schema and order."""
-
-
-@contextmanager
-def in_mode(model: nn.Module, mode: str) -> Iterator[None]:
-    """Run the body with every module of ``model`` in ``mode`` ("eval" | "train"), then put each module's own
-    train/eval state back."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    training = {m: m.training for m in model.modules()}
-    model.train(mode == "train")
-    try:
-        yield
-    finally:
-        for m, was in training.items():
-            m.training = was
 
 
 def adapter_of(model: nn.Module) -> Adapter:

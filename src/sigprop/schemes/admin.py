@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from ..nn.block import Sublayer
+from ..nn.modes import in_mode
 from ..nn.residual import Residual
 from ..theory.moments.postnorm import PostNormResidual
 from ..theory.moments.state import Component, Moments
@@ -117,14 +118,12 @@ def profile(model: nn.Module, batch: torch.Tensor | tuple[torch.Tensor, ...]) ->
         r[stack] = math.sqrt(float(var))
 
     handles = [m.register_forward_pre_hook(hook) for m in shortcuts]
-    training = model.training
-    model.eval()
     try:
-        model(*inputs)
+        with in_mode(model, "eval"):
+            model(*inputs)
     finally:
         for h in handles:
             h.remove()
-        model.train(training)
     if sorted(seen) != sorted(map(id, shortcuts)):
         raise RuntimeError(f"the profiling pass ran {len(seen)} shortcut adds for the model's {len(shortcuts)} "
                            "shortcuts; each must run exactly once")
@@ -149,12 +148,8 @@ class Admin(Scheme):
         if inputs is not None:
             profile(model, inputs)
             return
-        training = model.training
-        model.eval()
-        try:
+        with in_mode(model, "eval"):
             omegas = omega_profile(cfg, chain_of)
-        finally:
-            model.train(training)
         for sub in model.modules():
             if isinstance(sub, Sublayer) and hasattr(sub, "site"):
                 sub.residual.reset_alpha(omegas[sub.site.stack][_index(cfg, sub.site)])
