@@ -49,9 +49,14 @@ def planted(seed: int, n: int = 30) -> list[F.Case]:
 
 
 def test_the_shipped_rule_is_the_fitted_module():
+    """`Rule`'s defaults are the fitted module's constants, and those the fit can give: ``best``, ``top`` and
+    ``kappa`` on its grid of powers of 2^¼, the bases among the scales it chooses from."""
     rule = Rule()
     assert F.constants(rule) == CONSTANTS
-    assert F.constants(Rule(**CONSTANTS)) == CONSTANTS
+    for k in ("best", "top", "kappa"):
+        steps = math.log2(CONSTANTS[k]) / F.STEP
+        assert abs(steps - round(steps)) < 1e-4, (k, CONSTANTS[k])
+    assert CONSTANTS["edge_basis"] in F.LIMITS and CONSTANTS["basis"] in (*F.LIMITS, F.WINDOW)
 
 
 def test_fit_recovers_a_planted_rule_and_generalizes():
