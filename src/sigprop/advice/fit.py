@@ -250,6 +250,7 @@ def _commit() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sigprop.advice.fit TABLE [--write]`` (module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m sigprop.advice.fit", description=__doc__.split("\n")[0])
     ap.add_argument("table", type=Path, help="calibration table (JSON, `save_table`)")
     ap.add_argument("--write", action="store_true", help=f"rewrite {FITTED.name} with the fitted constants")
