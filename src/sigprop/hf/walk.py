@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..models.predict import to_records, trace
-from ..nn.block import sublayer_map
+from ..nn.block import SiteMaps, sites_chain
 from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
 from ..nn.modes import in_mode
 from ..records import Record
@@ -134,6 +134,16 @@ class Walk:
                          gamma1=scalar(shape.gamma1, 1.0, "shaped attention gamma1"),
                          gamma2=scalar(shape.gamma2, 1.0, "shaped attention gamma2"))
 
+    def site_maps(self, i: int, block: nn.Module, kind: str, L: int) -> SiteMaps:
+        """The maps of residual site ``kind`` of block ``i`` over ``L`` tokens: the residual weights `apply`
+        registered (α = β = 1 without them), the family's branch (its dropout included) and the site's norms."""
+        family = self.family
+        residual = family.residual(block, kind)
+        alpha, beta = residual.values() if residual is not None else (1.0, 1.0)
+        return SiteMaps(alpha, beta, tuple(c for c in family.branch_maps(self, block, kind, L) if c is not None),
+                        self.component(family.site_norm(block, kind), f"layer {i} {kind} norm"),
+                        self.component(family.output_norm(block, kind), f"layer {i} {kind} output norm"))
+
     def chain(self, L: int) -> tuple[list[tuple[int, str] | None], list[Component]]:
         """The model as moment maps from ids to its output, with each output's record label."""
         family, base = self.family, self.model.base_model
@@ -142,18 +152,12 @@ class Walk:
         chain: list[Component] = list(inputs)
         normalized = _normalized(inputs)
         sites = [(i, block, site.kind) for i, block in enumerate(family.blocks(base)) for site in family.sites(block)]
-        for n, (i, block, kind) in enumerate(sites):
-            residual = family.residual(block, kind)
-            alpha, beta = residual.values() if residual is not None else (1.0, 1.0)
-            branch = [c for c in family.branch_maps(self, block, kind, L) if c is not None]
-            norm = self.component(family.site_norm(block, kind), f"layer {i} {kind} norm")
-            out = self.component(family.output_norm(block, kind), f"layer {i} {kind} output norm")
-            if n == 0 and normalized is None and norm is not None and family.placement == "post":
-                raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
-                                          "norm's input is neither normalized nor Gaussian")
-            chain.append(sublayer_map(alpha, beta, family.placement, branch, norm, out,
-                                      normalized_input=n > 0 or bool(normalized), last=n == len(sites) - 1))
-            labels.append((i + 1, kind))
+        maps = [self.site_maps(i, block, kind, L) for i, block, kind in sites]
+        if maps and maps[0].norm is not None and normalized is None and family.placement == "post":
+            raise NotImplementedError("the first Post-LN sublayer reads a norm output under dropout: its "
+                                      "norm's input is neither normalized nor Gaussian")
+        chain += sites_chain(maps, family.placement, normalized_input=bool(normalized))
+        labels += [(i + 1, kind) for i, _, kind in sites]
         tail = [c for c in (self.component(family.final_norm(base), "final norm"),) if c is not None]
         tail += [c for c in family.head_maps(self, self.model) if c is not None]
         return labels + [None] * len(tail), chain + tail

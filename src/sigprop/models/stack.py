@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..nn import MLP, Attention, Block, ShapedAttention, Sublayer, make_activation, make_norm
-from ..nn.block import INPUT_NORMED, OUTPUT_NORMED
+from ..nn.block import INPUT_NORMED, OUTPUT_NORMED, sites_chain
 from ..nn.maps import component_of
 from ..nn.roles import tag_site
 from ..schemes import Scheme, Site, get_scheme
@@ -74,17 +74,14 @@ class Stack(nn.Module):
 
     def moment_chain(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None
                      ) -> tuple[list[tuple[int, str] | None], list[Component]]:
-        """Every residual site's moment map in forward order (`Sublayer.moment_map`; cross-attention sites read
-        ``memory``), then the final norm; with the record label of each map's output: (layer, sublayer),
-        1-based, or None for the final norm."""
-        labels: list[tuple[int, str] | None] = []
-        chain: list[Component] = []
+        """Every residual site's moment map in forward order (`sites_chain` of each `Sublayer.site_maps`;
+        cross-attention sites read ``memory``), then the final norm; with the record label of each map's output:
+        (layer, sublayer), 1-based, or None for the final norm."""
         sites = [(i, kind, getattr(block, kind)) for i, block in enumerate(self.blocks)
                  for kind in ("attn", "cross", "mlp") if getattr(block, kind) is not None]
-        for n, (i, kind, sub) in enumerate(sites):
-            labels.append((i + 1, kind))
-            chain.append(sub.moment_map(L, memory if kind == "cross" else None, memory_len,
-                                        first=n == 0, last=n == len(sites) - 1))
+        labels: list[tuple[int, str] | None] = [(i + 1, kind) for i, kind, _ in sites]
+        maps = [sub.site_maps(L, memory if kind == "cross" else None, memory_len) for _, kind, sub in sites]
+        chain = sites_chain(maps, self.placement, normalized_input=False)
         if not isinstance(self.final_norm, nn.Identity):
             labels.append(None)
             chain.append(component_of(self.final_norm, "final norm"))

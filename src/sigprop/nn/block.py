@@ -12,6 +12,7 @@ Block: self-attention sublayer, optional cross-attention sublayer, MLP sublayer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -74,26 +75,40 @@ class Sublayer(nn.Module):
         return self.norm(y) if self.placement == "post" else y
 
 
-    def moment_map(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None,
-                   first: bool = False, last: bool = False) -> Component:
-        """This residual site's moment map over ``L`` tokens (``memory``: see `Attention.moment_map`), composed by
-        `sublayer_map` from the residual's current α, β, the maps of its norms and dropout, and f's map read off its
-        own weights (`sigprop.nn.maps`); ``first``: the stack's first site (its input is no norm's output), ``last``:
-        its last (its gradient comes through the head)."""
+    def site_maps(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None) -> SiteMaps:
+        """This residual site's maps over ``L`` tokens (``memory``: see `Attention.moment_map`): the residual's current
+        α, β, f's map read off its own weights (`sigprop.nn.maps`), its norms and dropout."""
         alpha, beta = self.residual.values()
         fn = self.fn.moment_map(L, memory, memory_len) if isinstance(self.fn, Attention) else self.fn.moment_map()
-        norm = None if self.norm is None else component_of(self.norm, "sublayer norm")
-        out = None if self.out_norm is None else component_of(self.out_norm, "branch output norm")
-        return sublayer_map(alpha, beta, self.placement, parts(fn), norm, out,
-                            component_of(self.drop, "sublayer dropout"), normalized_input=not first, last=last)
+        return SiteMaps(alpha, beta, tuple(parts(fn)),
+                        None if self.norm is None else component_of(self.norm, "sublayer norm"),
+                        None if self.out_norm is None else component_of(self.out_norm, "branch output norm"),
+                        component_of(self.drop, "sublayer dropout"))
+
+    def moment_map(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None,
+                   first: bool = False, last: bool = False) -> Component:
+        """This residual site's moment map (`sublayer_map` of `site_maps`); ``first``: the stack's first site (its
+        input is no norm's output), ``last``: its last (its gradient comes through the head)."""
+        return sublayer_map(self.site_maps(L, memory, memory_len), self.placement, normalized_input=not first,
+                            last=last)
 
 
-def sublayer_map(alpha: float, beta: float, placement: str, branch: Sequence[Component], norm: Component | None = None,
-                 out_norm: Component | None = None, dropout: Component | None = None, normalized_input: bool = True,
-                 last: bool = False) -> Component:
-    """The moment map of one residual site, for every model family: f = ``branch`` (its maps in order), then the
-    branch-output norm ``out_norm`` and the ``dropout`` D (None: absent), ``norm`` the site's norm (None: none, or
-    removed):
+@dataclass(frozen=True)
+class SiteMaps:
+    """The moment maps of one residual site, for every model family: its weights α, β, its branch f (maps in
+    order), the site's norm (before the branch, or after the add under "post"), the norm on the branch output and
+    the branch dropout; None: absent (or a norm removed)."""
+
+    alpha: float
+    beta: float
+    branch: tuple[Component, ...]
+    norm: Component | None = None
+    out_norm: Component | None = None
+    dropout: Component | None = None
+
+
+def sublayer_map(site: SiteMaps, placement: str, normalized_input: bool = True, last: bool = False) -> Component:
+    """The moment map of one residual site, f = the branch, then its output norm N₂ and dropout D:
       pre, sandwich: Residual(α, β, N · f · N₂ · D);   none, out: Residual(α, β, f · N₂ · D);
       post: PostNormResidual(α, β, f · D) with the norm's O(1/d) effects (`sigprop.theory.moments.postnorm`): its input
             is a previous norm's output if ``normalized_input``, and the ``last`` site's gradient comes through a
@@ -101,12 +116,21 @@ def sublayer_map(alpha: float, beta: float, placement: str, branch: Sequence[Com
             1 for RMSNorm).
     A norm on the branch output is its map on f's output moments (variance 1, correlation its mean cosine;
     backward ÷ f's variance), exact as for a norm on the stream."""
-    f = [*branch, *(c for c in (out_norm, dropout) if c is not None)]
+    f = [*site.branch, *(c for c in (site.out_norm, site.dropout) if c is not None)]
+    norm = site.norm
     if norm is None or placement != "post":
-        return ResidualMap(alpha, beta, serial(*([] if norm is None else [norm]), *f))
+        return ResidualMap(site.alpha, site.beta, serial(*([] if norm is None else [norm]), *f))
     centered = isinstance(norm, LayerNormMap)
-    return PostNormResidual(alpha, beta, serial(*f), norm.d, centered, normalized_input=normalized_input,
+    return PostNormResidual(site.alpha, site.beta, serial(*f), norm.d, centered, normalized_input=normalized_input,
                             upstream_align=(2.0 if centered else 1.0) if last else 0.0)
+
+
+def sites_chain(sites: Sequence[SiteMaps], placement: str, normalized_input: bool) -> list[Component]:
+    """The maps of a stack's residual sites in forward order (`sublayer_map` of each): the first reads the stack's
+    input, a norm's output iff ``normalized_input``; the others a previous site's; the last's gradient comes through
+    the head."""
+    return [sublayer_map(site, placement, normalized_input=n > 0 or normalized_input, last=n == len(sites) - 1)
+            for n, site in enumerate(sites)]
 
 
 class Block(nn.Module):
