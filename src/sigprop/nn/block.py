@@ -22,7 +22,6 @@ from ..theory.moments.norm import LayerNorm as LayerNormMap
 from ..theory.moments.postnorm import PostNormResidual
 from ..theory.moments.residual import Residual as ResidualMap
 from ..theory.moments.state import Component, Moments
-from .attention import Attention
 from .maps import component_of
 from .residual import Residual
 
@@ -76,11 +75,11 @@ class Sublayer(nn.Module):
 
 
     def site_maps(self, L: int | float, memory: Moments | None = None, memory_len: int | None = None) -> SiteMaps:
-        """This residual site's maps over ``L`` tokens (``memory``: see `Attention.moment_map`): the residual's current
-        α, β, f's map read off its own weights (`sigprop.nn.maps`), its norms and dropout."""
+        """This residual site's maps over ``L`` tokens (``memory``: see `Attention.moment_map`; every branch module's
+        ``moment_map`` takes the same arguments): the residual's current α, β, f's map read off its own weights
+        (`sigprop.nn.maps`), its norms and dropout."""
         alpha, beta = self.residual.values()
-        fn = self.fn.moment_map(L, memory, memory_len) if isinstance(self.fn, Attention) else self.fn.moment_map()
-        return SiteMaps(alpha, beta, tuple(parts(fn)),
+        return SiteMaps(alpha, beta, tuple(parts(self.fn.moment_map(L, memory, memory_len))),
                         None if self.norm is None else component_of(self.norm, "sublayer norm"),
                         None if self.out_norm is None else component_of(self.out_norm, "branch output norm"),
                         component_of(self.drop, "sublayer dropout"))

@@ -6,6 +6,7 @@ from torch import nn
 
 from ..theory.moments.blocks import Serial, serial
 from ..theory.moments.linear import Linear
+from ..theory.moments.state import Moments
 from .maps import component_of, weight_var, zero_bias
 from .roles import tag_linear
 from .shaped_relu import ShapedReLU
@@ -55,8 +56,10 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x)))
 
-    def moment_map(self) -> Serial:
-        """Linear(d → d_ff) · activation · Linear(d_ff → d), from the two weights' init stds."""
+    def moment_map(self, L: int | float | None = None, memory: Moments | None = None, memory_len: int | None = None
+                   ) -> Serial:
+        """Linear(d → d_ff) · activation · Linear(d_ff → d), from the two weights' init stds. Token-wise: the
+        branch arguments of `Attention.moment_map` (sequence length, memory) leave it unchanged."""
         for name in ("fc1", "fc2"):
             zero_bias(getattr(self, name), f"MLP {name}")
         fc1, fc2 = self.fc1, self.fc2
