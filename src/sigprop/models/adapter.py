@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -30,9 +30,7 @@ from torch import nn
 from ..nn.residual import Residual
 from ..records import Record
 from ..theory.moments.state import Component
-
-if TYPE_CHECKING:
-    from .config import ModelConfig
+from .config import ModelConfig
 
 Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
 Chain = tuple[list[Label], list[Component]]

@@ -53,9 +53,10 @@ from ..theory.moments.cross_attention import MemoryView, QueryView
 from ..theory.moments.postnorm import PostNormResidual, trace_bwd
 from ..theory.moments.residual import Residual
 from ..theory.moments.state import Component, Moments, ratio, replace
+from .adapter import Chain, Label
 from .build import build_model, gc_paused
 from .config import ModelConfig
-from .transformer import Chain, DecoderLM, EncoderDecoder, Label, ViT
+from .transformer import DecoderLM, EncoderDecoder, ViT
 
 COLLAPSED_CORR = 0.9    # a Post-LN decoder whose token correlation reaches this takes the per-position backward
 

@@ -17,11 +17,9 @@ from ..schemes import get_scheme
 from ..theory.moments.embedding import ClassToken, zipf_collision_probability
 from ..theory.moments.linear import Linear
 from ..theory.moments.state import Component, Moments
+from .adapter import Chain
 from .config import ModelConfig
 from .stack import Stack
-
-Label = tuple[int, str] | None          # (layer, sublayer) of a recorded point; None: not recorded
-Chain = tuple[list[Label], list[Component]]
 
 
 def _check_mask(mask: torch.Tensor | None, ids: torch.Tensor, name: str) -> None:
