@@ -3,7 +3,6 @@ import math
 
 import pytest
 
-from sigprop.experiments import training
 from sigprop.experiments.training import train_run
 
 TINY = {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300, "max_seq_len": 16}
@@ -60,9 +59,3 @@ def test_unigram_nll_scores_only_the_targets_that_carry_a_loss():
     expected = -sum(math.log((counts[t] + 1) / (len(train_tokens) + vocab)) for t in picked) / len(picked)
     assert 0.1 < len(picked) / targets.numel() < 0.2
     assert unigram_nll(train_tokens, targets, vocab) == pytest.approx(expected, rel=1e-12)
-
-
-def test_undiverged_curves_keeps_the_runs_that_did_not_diverge():
-    runs = [{"diverged": False, "val_curve": [[0, 2.0]]}, {"diverged": True, "val_curve": [[0, 9.0]]},
-            {"diverged": False, "val_curve": [[0, 3.0]]}]
-    assert training.undiverged_curves(runs, "val_curve") == [[[0, 2.0]], [[0, 3.0]]]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (``PATH.tmp``, then an atomic rename)."""
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``PATH.tmp``, then an atomic rename)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..extras import require
 from ..records import Record
@@ -16,12 +16,11 @@ def _pyplot():
     return require("matplotlib.pyplot", "plotting", "pip install 'sigprop[plot]'")
 
 
-def plot_records(curves: Mapping[str, Iterable[Record]], path: str | Path, title: str = "",
-                 panels: tuple = PANELS) -> Path:
-    """Write a PNG with one panel per quantity; x = sublayer index in execution order.
+def records_figure(curves: Mapping[str, Iterable[Record]], title: str = "", panels: tuple = PANELS) -> Any:
+    """A matplotlib figure with one panel per quantity; x = sublayer index in execution order.
 
     ``curves`` maps a label to records; labels containing "predicted" are drawn dashed.
-    Variances use a log axis. Returns the path written.
+    Variances use a log axis.
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
@@ -40,6 +39,14 @@ def plot_records(curves: Mapping[str, Iterable[Record]], path: str | Path, title
     axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def plot_records(curves: Mapping[str, Iterable[Record]], path: str | Path, title: str = "",
+                 panels: tuple = PANELS) -> Path:
+    """Write `records_figure` as a PNG at ``path``; returns the path written."""
+    plt = _pyplot()
+    fig = records_figure(curves, title, panels)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,8 @@ A `Claim` names the paper's claim, its compared `Model`s (built from the resolve
    the claim's ``extend`` asks for an lr (at most ``max_extend`` times);
 3. *unigram*: the loss of token frequencies on each run's own evaluation tokens, once per data split;
 4. *judge*: `summarize` turns the per-point records into the one summary schema below, the claim's
-   ``rule`` gives (verdict, reason) from that summary alone (so `judge` recomputes it from NAME.json);
+   ``rule`` gives (verdict, reason) from that summary alone (`sigprop.experiments.results.rejudge` recomputes it
+   from NAME.json);
 5. *write* NAME.json ({"summary", "data": the runs' curves}), NAME.md and NAME.png.
 
 Summary schema (every claim): ``claim``, ``verdict``, ``verdict_reason``, ``verdicts`` (the claim's
@@ -23,30 +24,39 @@ key → ``label`` (display only), ``group``, ``attrs`` (the model's facts: schem
 with ``lr``, ``seeds``, ``final_loss``, ``unigram`` and ``diverged`` (per seed), `seed_stats` of the final,
 initial and best validation loss and accuracy, and ``logged`` (the claim's ``log`` quantities per seed).
 
-A new claim is one module: its ``FULL``/``QUICK`` sizes (``seeds``, ``tuning_seed``, ``jobs``,
-``max_extend`` and its own), ``models(sizes)``, ``rule(summary)`` (a call into `verdicts`), ``setup``,
-``table`` and ``plot``, and ``CLAIM = Claim(...)``; plus its line in `sigprop.experiments.registry`.
+A claim states only what is particular to it, in one module beside its rule in `verdicts`: its sizes (``full``,
+completed by `SIZES`; ``quick``, overrides laid over ``full`` and `QUICK`), ``models(sizes)``, ``rule(summary)``,
+the setup as a template, its table as `Column`s and its figure as `Panel`s (the common ones here: `MODEL`,
+`LR`, `FINAL`, `UNIGRAM`; `lr_panel`, `val_panel`), or a function for a special table or figure; plus its line in
+`sigprop.experiments.registry`.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+import numpy as np
 
 from ..console import UserError
-from ..train.levels import unigram_loss
-from ..train.lr_grid import best_lr
+from ..train import sweep_report
+from ..train.levels import TRAIN_MARGIN, unigram_loss
+from ..train.lr_grid import best_lr, next_lr
 from ..train.seed_stats import seed_stats
-from .outputs import WallClock, progress, write_outputs
+from ..train.sweep_report import log_ticks
+from .outputs import WallClock, plt, progress, write_outputs
 from .report import Table
 from .training import param_count, resolve_sizes
-from .tuning import sweep_runs, tune
+from .tuning import MAX_EXTEND, TUNING_SEED, sweep_runs, tune
 
 RUN_SCALARS = ("lr", "seed", "final_val_loss", "initial_val_loss", "best_val_loss", "final_val_acc", "diverged",
                "error", "steps_done", "wall_s")
 CURVE_KEYS = ("val_curve", "train_curve", "diag", "diag_layers")
 STATS = ("final_val_loss", "initial_val_loss", "best_val_loss", "final_val_acc")
+SIZES = {"jobs": 2, "max_extend": MAX_EXTEND, "tuning_seed": TUNING_SEED}    # every claim's, unless it sets them
+QUICK = {"seeds": (0,), "jobs": 1, "max_extend": 0}                            # every smoke run's
 
 
 @dataclass(frozen=True)
@@ -70,16 +80,20 @@ class Model:
 
 
 Rule = Callable[[Mapping[str, Any]], tuple[str, str]]
+Column = tuple[str, Callable[[Mapping[str, Any], Any, Mapping[str, Any]], Any]]   # header, (entry, block, summary)
+Panel = Callable[[Any, Mapping[str, Any], Mapping[str, Any]], None]              # (axes, summary, data) -> drawn
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A training claim as data. ``models(sizes)`` builds the compared models; ``rule(summary)`` is the
-    verdict (``rules``: further verdicts reported beside it); ``log(record)`` the extra per-run quantities
-    kept per seed;
-    ``extend(grid, points)`` the lrs to add to an untuned group's grid and why (None: stop);
-    ``derive(summary)`` the claim's ``results``; ``setup``, ``table``, ``notes`` (Markdown after the table)
-    and ``plot(summary, data)`` render it."""
+    """A training claim as data. ``full``: its sizes (completed by `SIZES`); ``quick``: the smoke run's, laid over
+    ``full`` and `QUICK`; ``choices``: size key → the values its items may take. ``models(sizes)`` builds the compared
+    models; ``rule(summary)`` is the verdict (``rules``: further verdicts reported beside it); ``log(record)`` the
+    extra per-run quantities kept per seed; ``extend(grid, points)`` the lrs to add to an untuned group's grid and
+    why (None: stop); ``derive(summary)`` the claim's ``results``. Rendered by ``setup`` (a `str.format` template
+    over ``s``: the sizes, ``m``: the model entries, ``r``: the results, ``t``: the tuning seed), ``table``
+    (`Column`s, one row per scored block of each model, or a function of the summary), ``notes(summary)`` (Markdown
+    after the table) and ``plot`` (`Panel`s in a row, or a function of (summary, data) that returns the figure)."""
 
     name: str
     title: str
@@ -88,14 +102,20 @@ class Claim:
     quick: Mapping[str, Any]
     models: Callable[[Mapping[str, Any]], list[Model]]
     rule: Rule
-    setup: Callable[[Mapping[str, Any]], str]
-    table: Callable[[Mapping[str, Any]], Table]
-    plot: Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+    setup: str
+    table: Sequence[Column] | Callable[[Mapping[str, Any]], Table]
+    plot: Sequence[Panel] | Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
     rules: Mapping[str, Rule] = field(default_factory=dict)
     log: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     extend: Callable[[list[float], list[dict[str, Any]]], tuple[list[float], str] | None] | None = None
     derive: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     notes: Callable[[Mapping[str, Any]], str] | None = None
+    choices: Mapping[str, Collection[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        full = {**SIZES, **self.full}
+        object.__setattr__(self, "full", full)
+        object.__setattr__(self, "quick", {**full, **QUICK, **self.quick})
 
 
 def _point(m: Model, role: str, r: Mapping[str, Any], claim: Claim) -> dict[str, Any]:
@@ -209,16 +229,52 @@ def summarize(claim: Claim, sizes: Mapping[str, Any], models: Sequence[Model], p
             "verdicts": {k: list(rule(summary)) for k, rule in claim.rules.items()}, **summary}
 
 
-def judge(claim: Claim, summary: Mapping[str, Any]) -> tuple[str, str]:
-    """(verdict, reason) of ``claim`` recomputed from a saved summary."""
-    return claim.rule(summary)
+def table(claim: Claim, summary: Mapping[str, Any]) -> Table:
+    """The claim's table: its function's, or its `Column`s over every scored block of every model (a model with
+    none: one row, block None); a cell gets the model's entry with its ``key``, the block and the summary."""
+    if callable(claim.table):
+        return claim.table(summary)
+    return Table([h for h, _ in claim.table], [[cell({"key": k, **e}, b, summary) for _, cell in claim.table]
+                                               for k, e in summary["models"].items() for b in e["scored"] or [None]])
+
+
+def bracket(grid: list[float], points: list[dict[str, Any]]) -> tuple[list[float], str] | None:
+    """An untuned group's ``extend``: the lrs one grid step beyond an edge that holds a model's optimum (seed-mean
+    final loss, `sigprop.train.lr_grid.next_lr`), for every model of the group (None: every optimum inside)."""
+    new = set()
+    for model in dict.fromkeys(p["model"] for p in points):
+        loss = [seed_stats(p["final_val_loss"] for p in points if p["model"] == model and p["lr"] == lr)["mean"]
+                for lr in grid]
+        step = next_lr(grid, loss)
+        if step is not None:
+            new.add(step[0])
+    if not new:
+        return None
+    return sorted(new), (f"best lr at an edge of {', '.join(f'{x:g}' for x in grid)}: "
+                         f"added {', '.join(f'{x:g}' for x in sorted(new))}")
+
+
+class _Items(list):
+    """A sequence in a setup template: its items joined by ", " (floats to 6 significant digits)."""
+
+    def __format__(self, spec: str) -> str:
+        return ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in self)
+
+
+def _view(x: Any) -> Any:
+    """``x`` for a setup template: every list or tuple in it an `_Items`."""
+    if isinstance(x, Mapping):
+        return {k: _view(v) for k, v in x.items()}
+    return _Items(_view(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 def markdown(claim: Claim, summary: Mapping[str, Any]) -> str:
     """The results section: ``## NAME — title``, the claim, the setup, the table, the verdicts."""
     more = "".join(f" {k}: {v} ({reason})" for k, (v, reason) in summary["verdicts"].items())
-    return (f"## {claim.name} — {claim.title}\n\n**Claim** {claim.claim}\n\n**Setup.** {claim.setup(summary)}\n\n"
-            f"{claim.table(summary).markdown()}\n" + (f"{claim.notes(summary)}\n\n" if claim.notes else "")
+    setup = claim.setup.format(**{k: _view(summary[key]) for k, key in
+                                  (("s", "sizes"), ("m", "models"), ("r", "results"), ("t", "tuning_seed"))})
+    return (f"## {claim.name} — {claim.title}\n\n**Claim** {claim.claim}\n\n**Setup.** {setup}\n\n"
+            f"{table(claim, summary).markdown()}\n" + (f"{claim.notes(summary)}\n\n" if claim.notes else "")
             + f"**Verdict: {summary['verdict']}.** {summary['verdict_reason']}"
             f"{more}\n")
 
@@ -237,23 +293,125 @@ def run_claim(claim: Claim, out: str | Path, quick: bool = False, sizes: Mapping
     ``sizes`` override the keys of ``claim.quick`` (``quick``) or ``claim.full``; an unknown key is a ValueError."""
     out = Path(out)
     s = resolve_sizes(claim.quick if quick else claim.full, dict(sizes or {}))
+    for key, valid in claim.choices.items():
+        if unknown := sorted(set(s[key]) - set(valid)):
+            raise UserError(f"unknown {key} {unknown}; valid: {sorted(valid)}")
     clock = WallClock(out, claim.name)
     models, points, extended, records = run_points(claim, s, out, show_progress)
     summary = summarize(claim, s, models, points, extended)
     summary["wall_s"] = clock.seconds()
     data = curves(records)
-    return write_outputs(out, claim.name, data, summary, markdown(claim, summary), claim.plot(summary, data))
+    return write_outputs(out, claim.name, data, summary, markdown(claim, summary), figure(claim, summary, data))
+
+
+def figure(claim: Claim, summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
+    """The claim's figure: its function's, or its `Panel`s in one row, each axes with a legend of what it drew."""
+    if callable(claim.plot):
+        return claim.plot(summary, data)
+    fig, axes = plt.subplots(1, len(claim.plot), figsize=(5.2 * len(claim.plot), 4.3), squeeze=False)
+    for ax, panel in zip(axes[0], claim.plot):
+        panel(ax, summary, data)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return fig
+
+
+def lr_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """Tuning-seed final loss against lr per tuned model (ring: its chosen lr; dashed: unigram − `TRAIN_MARGIN`)."""
+    tuned_entries = [(i, e) for i, e in enumerate(summary["models"].values()) if e["tuning"]]
+    for i, e in tuned_entries:
+        t = e["tuning"]
+        ax.plot(e["lr_grid"], t["loss"], "o-", ms=3, color=f"C{i % 10}", label=e["label"])
+        if t["best_lr"] is not None:
+            ax.plot([t["best_lr"]], [t["loss"][e["lr_grid"].index(t["best_lr"])]], "o", mfc="none", ms=9,
+                    color=f"C{i % 10}")
+    if tuned_entries and tuned_entries[0][1]["tuning"]["unigram"] is not None:
+        ax.axhline(tuned_entries[0][1]["tuning"]["unigram"] - TRAIN_MARGIN, color="k", ls="--", lw=0.8,
+                   label=f"unigram − {TRAIN_MARGIN:g}")
+    log_ticks(ax, [lr for _, e in tuned_entries for lr in e["lr_grid"]])
+    ax.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title="lr grids (ring: chosen)")
+
+
+def val_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any],
+              x: Callable[[Mapping[str, Any], float], float] | None = None, xlabel: str = "step",
+              curve: str = "val_curve", column: int = 1, ylabel: str = "validation loss (nats/token)") -> None:
+    """Column ``column`` of every scored run's ``curve`` (rows [step, ...]; default: the validation loss), one
+    colour per model, against step (or ``x(entry, step)``)."""
+    for i, (key, e) in enumerate(summary["models"].items()):
+        runs = [r for r in data[key] if r["role"] == "scored" and r[curve]]
+        for j, r in enumerate(runs):
+            ax.plot([x(e, row[0]) if x else row[0] for row in r[curve]], [row[column] for row in r[curve]],
+                    color=f"C{i % 10}", lw=1, label=e["label"] if j == 0 else None)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title="scored runs")
+
+
+def blocks_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any],
+                 value: Callable[[Mapping[str, Any]], float] = lambda b: b["final_val_loss"]["mean"],
+                 ylabel: str = "final val loss (seed mean)", models: Sequence[str] | None = None,
+                 ls: Callable[[Mapping[str, Any]], str] = lambda e: "-") -> None:
+    """``value`` of each scored block against its lr, one line per model (``models``: those keys only), in line
+    style ``ls(entry)``."""
+    keys = list(summary["models"]) if models is None else models
+    for i, key in enumerate(keys):
+        e = summary["models"][key]
+        ax.plot([b["lr"] for b in e["scored"]], [value(b) for b in e["scored"]], ls=ls(e), marker="o", ms=3,
+                color=f"C{i % 10}", label=e["label"])
+    log_ticks(ax, [b["lr"] for k in keys for b in summary["models"][k]["scored"]])
+    ax.set(xlabel="peak lr", ylabel=ylabel)
+
+
+def explain_log(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``log`` of what explains a run's curve: its largest attention logit, smallest attention entropy, median and
+    largest pre-clip gradient norm."""
+    return {"max_attn_logit": r["max_attn_logit"], "min_attn_entropy": r["min_attn_entropy"],
+            "grad_norm_median": r["grad_norm"]["median"], "grad_norm_max": r["grad_norm"]["max"]}
+
+
+def sweep_summary(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """`sigprop.train.sweep_report.summarize` over an untuned group's model entries, their ``attrs["size"]`` the
+    sweep's size: η* per size, its edge, sensitivity, transfer regret."""
+    return sweep_report.summarize([{"point": {"size": e["attrs"]["size"], "optim.lr": b["lr"], "seed": seed},
+             "config": {"optim": {"lr": b["lr"]}}, "final_val_loss": x,
+             "initial_val_loss": init, "diverged": not math.isfinite(x)}
+            for e in entries for b in e["scored"]
+            for seed, x, init in zip(b["seeds"], b["final_loss"], b["initial_val_loss"]["per_seed"])], "size")
+
+
+def grad_stats(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``log`` of gradient norms: the median pre-clip gradient norm over the first and the last tenth of the
+    steps, and the max; each block's gradient norm (bottom to top) at the first and the last evaluating step
+    (``block_grads``)."""
+    g = np.array([row[2] for row in r["train_curve"]], dtype=float)
+    blocks = r.get("block_grads") or []
+    per_block = {"first_step": blocks[0][0], "first": blocks[0][1], "last_step": blocks[-1][0],
+                 "last": blocks[-1][1]} if blocks else None
+    if not len(g):                                      # diverged at the first step
+        return {"grad_norm": {"first": math.nan, "last": math.nan, "max": math.nan}, "block_grads": per_block}
+    k = max(1, len(g) // 10)
+    return {"grad_norm": {"first": float(np.median(g[:k])), "last": float(np.median(g[-k:])),
+                          "max": float(np.nanmax(g))}, "block_grads": per_block}
+
+
+def by_group(summary: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The summary's model entries by ``group``, in order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in summary["models"].values():
+        out.setdefault(e["group"], []).append(e)
+    return out
+
+
+def scored(entry: Mapping[str, Any], block: int = 0) -> dict[str, Any]:
+    """``seeds``, ``final_loss`` and ``unigram`` of a model entry's scored block ``block`` (none scored: empty)."""
+    b = entry["scored"][block] if len(entry["scored"]) > block else {"seeds": [], "final_loss": [], "unigram": []}
+    return {k: b[k] for k in ("seeds", "final_loss", "unigram")}
 
 
 def tuned(entry: Mapping[str, Any], block: int = 0) -> dict[str, Any]:
     """A model entry as the verdict rules' *tuned model* (`sigprop.experiments.verdicts`): ``lr_grid``,
-    ``tuning_loss``, ``tuning_seed``, ``tuning_unigram``, and ``seeds``, ``final_loss``, ``unigram`` of its
-    scored block ``block`` (none scored: empty)."""
-    t, s = entry["tuning"], entry["scored"][block] if len(entry["scored"]) > block else None
+    ``tuning_loss``, ``tuning_seed``, ``tuning_unigram``, and its `scored` block ``block``."""
+    t = entry["tuning"]
     return {"lr_grid": entry["lr_grid"], "tuning_loss": t["loss"], "tuning_seed": t["seed"],
-            "tuning_unigram": t["unigram"], "seeds": s["seeds"] if s else [],
-            "final_loss": s["final_loss"] if s else [],
-            "unigram": s["unigram"] if s else []}
+            "tuning_unigram": t["unigram"], **scored(entry, block)}
 
 
 def lr_text(entry: Mapping[str, Any]) -> str:
@@ -267,4 +425,40 @@ def lr_text(entry: Mapping[str, Any]) -> str:
 def stat_text(s: Mapping[str, float], fmt: str = ".3f") -> str:
     """"mean ± std" of a `seed_stats` result, both in format ``fmt``."""
     return f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
+
+
+def stat_cell(key: str, fmt: str = ".3f", pick: Callable[[Any], float] | None = None) -> Callable[..., str]:
+    """A `Column`'s cell: "mean ± std" over seeds of ``key`` in the scored block (else its logged ``key``), each
+    seed's value through ``pick`` first (empty ones dropped); "–": no block or no values."""
+    def cell(e: Mapping[str, Any], b: Mapping[str, Any] | None, s: Mapping[str, Any]) -> str:
+        values = [] if b is None else b[key] if key in b else b["logged"].get(key, [])
+        values = [pick(x) for x in values if x] if pick else values
+        return stat_text(seed_stats(values), fmt) if len(values) else "–"
+    return cell
+
+
+def group_cell(show: Callable[[str, Any], Any]) -> Callable[..., Any]:
+    """A `Column`'s cell on the first row of each group only: ``show(group, the results under the group's name)``."""
+    def cell(e: Mapping[str, Any], b: Mapping[str, Any] | None, s: Mapping[str, Any]) -> Any:
+        first = next(k for k, x in s["models"].items() if x["group"] == e["group"])
+        return show(e["group"], s["results"][e["group"]]) if e["key"] == first else ""
+    return cell
+
+
+def seeds_cell(key: str, show: Callable[[Any], str] = "{:.3f}".format) -> Callable[..., str]:
+    """A `Column`'s cell: ``show`` of each seed's ``key`` in the scored block (else its logged ``key``), joined by
+    " · " ("–": no block or no values); a `seed_stats` entry (``final_val_loss``, ...) shown as "mean ± std"."""
+    def cell(e: Mapping[str, Any], b: Mapping[str, Any] | None, s: Mapping[str, Any]) -> str:
+        values = [] if b is None else b[key] if key in b else b["logged"].get(key, [])
+        if isinstance(values, Mapping):
+            return stat_text(values)
+        return " · ".join(show(x) for x in values) or "–"
+    return cell
+
+
+MODEL: Column = ("model", lambda e, b, s: e["label"])
+LR: Column = ("lr (tuning seed)", lambda e, b, s: lr_text(e) if e["tuning"] else "–")
+FINAL: Column = ("final val loss", lambda e, b, s: stat_text(b["final_val_loss"]) if b else "–")
+UNIGRAM: Column = ("unigram", lambda e, b, s: f"{sum(b['unigram']) / len(b['unigram']):.3f}"
+                   if b and b["unigram"] and None not in b["unigram"] else "–")
 

@@ -33,20 +33,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from tqdm.auto import tqdm
 
 from ..advice import advise
 from ..console import UserError
-from ..console.files import write_atomic
 from ..train.config import RunConfig, from_mapping
 from ..train.sweep import worker_pool
 from ..train.sweep_report import log_ticks
 from . import dslm_moments, shaped_figs
-from .outputs import write_outputs
+from .outputs import plt, write_figure, write_json, write_outputs
 from .report import Figure, Section, Table, write_html
 from .training import train_run
 
@@ -148,8 +143,7 @@ def _write_advice(out_dir: str | Path, advice: dict[str, Any], sweep: list[dict[
     doc = {"command": f"python -c \"from sigprop.experiments import demo; print(demo.advise_lr('{out}', LABEL, "
                       f"demo.{'QUICK' if quick else 'FULL'}))\"",
            "advice": advice, "sweep": {"model": SWEPT, "points": sweep}}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "advice.json").write_text(json.dumps(doc, indent=1))
+    write_json(out / "advice.json", doc)
     return doc
 
 
@@ -175,14 +169,13 @@ def _open_parts(folder: Path, meta: dict[str, Any], resume: bool) -> dict[tuple[
         return {tuple(d["key"]): d["result"] for d in docs}
     if folder.exists():
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    write_atomic(stored, json.dumps(meta))
+    write_json(stored, meta)
     return {}
 
 
 def _keep_part(folder: Path, key: tuple[str, Any], result: Any) -> None:
     path = folder / f"{key[0]}-{_slug(str(key[1]) or 'all')}.json"
-    write_atomic(path, json.dumps({"key": list(key), "result": result}))
+    write_json(path, {"key": list(key), "result": result})
 
 
 def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 0, jobs: int = 1,
@@ -340,15 +333,11 @@ def run(out_dir: str | Path = "runs/demo", quick: bool = False, seed: int = 0, s
                       for k, r in runs.items()}, "advice": advice},
                   training_table(runs, advice).markdown() + "\n\n" + sweep_table(runs, advice).markdown(),
                   plot_training(runs, f"decoder, {size['depth']} layers × width {size['width']}"))
-    fig = plot_advice(runs, advice)
-    fig.tight_layout()
-    fig.savefig(out / "training" / "advice.png", dpi=110)
-    plt.close(fig)
+    write_figure(out / "training" / "advice.png", plot_advice(runs, advice))
     table = summary_table(rank, moments, runs)
     meta = {**size, "quick": quick, "seed": seed, "wall_s": round(time.time() - start, 1)}
-    (out / "demo.json").write_text(json.dumps(
-        {"meta": meta, "table": {"header": list(table.header), "rows": table.rows}, "rank_collapse": rank,
-         "dslm_moments": moments, "training": runs, "advice": advice}, indent=1))
+    write_json(out / "demo.json", {"meta": meta, "table": {"header": list(table.header), "rows": table.rows},
+                                   "rank_collapse": rank, "dslm_moments": moments, "training": runs, "advice": advice})
     write_html(out / "report.html", "sigprop demo: signal propagation in deep transformers",
                sections(out, table, rank, moments, runs, advice, meta),
                intro="Three measurements at initialization and in training, on the data embedded in the package. "

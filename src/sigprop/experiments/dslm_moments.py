@@ -11,7 +11,6 @@ forward variance and the stream-gradient variance (relative to the output) stay 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
@@ -21,10 +20,10 @@ import numpy as np
 import torch
 
 from ..diagnostics import measure
-from ..diagnostics.plot import plot_records
+from ..diagnostics.plot import records_figure
 from ..models import ModelConfig, build_model, predict
 from ..records import Record, to_rows
-from .outputs import progress
+from .outputs import progress, write_figure, write_json, write_text
 from .registry import Figures
 from .report import Table
 
@@ -110,19 +109,14 @@ def table(summary: dict[str, Any], meta: dict[str, Any]) -> Table:
                          "Ranges: measured (predicted).")
 
 
-def plot(curves: dict[str, tuple[list[Record], list[Record]]], meta: dict[str, Any], out: Path) -> list[Path]:
-    """One PNG per LayerNorm placement, measured and predicted curves of its configurations overlaid
-    (gradients relative to the output); returns the paths."""
-    paths = []
-    for placement in ("Pre-LN", "Post-LN"):
-        path = out / f"dslm_moments_{placement.lower().replace('-', '')}.png"
-        plot_records({f"{name.split()[1]} {kind}": _relative_grad(recs)
-                      for name, (meas, pred) in curves.items() if name.startswith(placement)
-                      for kind, recs in (("measured", meas), ("predicted", pred))},
-                     path, title=f"{placement}, depth {meta['depth']}, width {meta['width']}: gradient relative "
-                                 "to the output")
-        paths.append(path)
-    return paths
+def plot(curves: dict[str, tuple[list[Record], list[Record]]], meta: dict[str, Any]) -> dict[str, Any]:
+    """One figure per LayerNorm placement ("preln", "postln"), measured and predicted curves of its configurations
+    overlaid (gradients relative to the output)."""
+    return {placement.lower().replace("-", ""): records_figure(
+        {f"{name.split()[1]} {kind}": _relative_grad(recs) for name, (meas, pred) in curves.items()
+         if name.startswith(placement) for kind, recs in (("measured", meas), ("predicted", pred))},
+        title=f"{placement}, depth {meta['depth']}, width {meta['width']}: gradient relative to the output")
+        for placement in ("Pre-LN", "Post-LN")}
 
 
 def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progress: bool = True
@@ -150,16 +144,14 @@ def run(out_dir: str | Path, depth: int = FULL["depth"], width: int = FULL["widt
     """
     if quick:
         depth, width, seq, seeds = QUICK["depth"], QUICK["width"], QUICK["seq"], range(QUICK["seeds"])
-    seeds = list(seeds)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
+    seeds, out, start = list(seeds), Path(out_dir), time.time()
     summary, records, curves = measure_all(depth, width, seq, seeds, show_progress)
     meta = {"depth": depth, "width": width, "seq": seq, "seeds": len(seeds), "batch": BATCH, "vocab": VOCAB,
             "arch": "decoder", "wall_s": round(time.time() - start, 1)}
-    plot(curves, meta, out)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "records": records}, indent=1))
-    (out / "section.md").write_text(table(summary, meta).markdown())
+    for key, fig in plot(curves, meta).items():
+        write_figure(out / f"dslm_moments_{key}.png", fig)
+    write_json(out / "results.json", {"meta": meta, "summary": summary, "records": records})
+    write_text(out / "section.md", table(summary, meta).markdown())
     return {"meta": meta, "summary": summary}
 
 

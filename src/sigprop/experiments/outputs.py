@@ -1,32 +1,59 @@
-"""What every experiment writes: ``NAME.json`` ({"summary", "data"}), ``NAME.png`` and ``NAME.md``
-(a Markdown section) and the wall time it reports; `progress` (`sigprop.console`) wraps long loops."""
+"""The one writer of every experiment's outputs: `write_outputs` (``NAME.json`` {"summary", "data"}, ``NAME.md``
+(a Markdown section), ``NAME.png`` and further ``NAME-*.png``) on `write_json`, `write_text` and `write_figure`, which
+the runners with files of their own call too; and the wall time a claim reports. It owns matplotlib's backend (Agg):
+the runners draw on its ``plt``; `progress` (`sigprop.console`) wraps long loops."""
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend; the runners' pyplot
 
+from ..console.files import write_atomic
 from ..console.progress import progress  # noqa: F401 - the runners' progress bar
+from ..table import Table
 from ..train.sweep import finished_records
-from .report import Table
 
 
-def write_outputs(out_dir: str | Path, name: str, data: dict[str, Any], summary: dict[str, Any], md: str,
-                  fig: Any) -> dict[str, Any]:
-    """Save ``fig`` as NAME.png, {"summary", "data"} as NAME.json and ``md`` as NAME.md; return ``summary``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (Markdown, HTML) to ``path``, its folder made, the file replaced whole; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    return path
+
+
+def write_json(path: str | Path, doc: Any) -> Path:
+    """Write ``doc`` as indented JSON (one final newline) to ``path`` (`write_text`); returns the path."""
+    return write_text(path, json.dumps(doc, indent=1) + "\n")
+
+
+def write_figure(path: str | Path, fig: Any) -> Path:
+    """Lay out ``fig``, save it as a PNG at ``path`` (its folder made) and close it; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    (out / f"{name}.json").write_text(json.dumps({"summary": summary, "data": data}, indent=1))
-    (out / f"{name}.md").write_text(md)
+    return path
+
+
+def write_outputs(out_dir: str | Path, name: str, data: Any, summary: dict[str, Any], md: str,
+                  fig: Any = None, figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Save {"summary", "data"} as NAME.json, ``md`` as NAME.md, ``fig`` (if any) as NAME.png and each of
+    ``figures`` as NAME-KEY.png; return ``summary``."""
+    out = Path(out_dir)
+    if fig is not None:
+        write_figure(out / f"{name}.png", fig)
+    for key, f in (figures or {}).items():
+        write_figure(out / f"{name}-{key}.png", f)
+    write_json(out / f"{name}.json", {"summary": summary, "data": data})
+    write_text(out / f"{name}.md", md)
     return summary
 
 

@@ -14,22 +14,14 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from ..train.levels import TRAIN_MARGIN
 from . import dslm_depth, verdicts
-from .claim import Claim, Model, lr_text, tuned
-from .report import Table
-from .tuning import MAX_EXTEND, TUNING_SEED
+from .claim import LR, MODEL, Claim, Model, grad_stats, lr_panel, seeds_cell, tuned, val_panel
 
 FULL = {"depth": 192, "width": 64, "heads": 4, "seq": 32, "batch": 8, "steps": 2000, "warmup": 500,
-        "lrs": (3e-5, 1e-4, 3e-4, 1e-3), "seeds": (0,), "eval_every": 100, "jobs": 1, "max_extend": MAX_EXTEND,
-        "tuning_seed": TUNING_SEED}
-QUICK = {**FULL, "depth": 6, "width": 16, "heads": 2, "seq": 16, "batch": 4, "steps": 16, "warmup": 4,
-         "lrs": (1e-3, 1e-2), "eval_every": 4, "max_extend": 0}
+        "lrs": (3e-5, 1e-4, 3e-4, 1e-3), "seeds": (0,), "eval_every": 100, "jobs": 1}
+QUICK = {"depth": 6, "width": 16, "heads": 2, "seq": 16, "batch": 4, "steps": 16, "warmup": 4, "lrs": (1e-3, 1e-2),
+         "eval_every": 4}
 MODELS = {"dslm-postln": ("DSLM Post-LN", "dslm", "postln"), "standard-postln": ("standard Post-LN", "postln", None),
           "admin-profile": ("Admin Post-LN (profile)", "admin", None), "dslm-preln": ("DSLM Pre-LN", "dslm", "preln")}
 
@@ -46,11 +38,11 @@ def models(s: Mapping[str, Any]) -> list[Model]:
 
 
 def log(r: Mapping[str, Any]) -> dict[str, Any]:
-    """`dslm_depth.grad_stats`, whether the run is still improving (`verdicts.improving`), and log10 of the product
+    """`grad_stats`, whether the run is still improving (`verdicts.improving`), and log10 of the product
     of all shortcut factors (top to bottom) at the first and the last evaluation."""
     factors = r.get("shortcut_factors") or []
     product = lambda fs: sum(math.log10(f) for f in fs)
-    return {**dslm_depth.grad_stats(r), "improving": verdicts.improving(r["val_curve"], r["steps_done"]),
+    return {**grad_stats(r), "improving": verdicts.improving(r["val_curve"], r["steps_done"]),
             "shortcut_log10": [[step, product(fs)] for step, fs in (factors[:1] + factors[-1:])]}
 
 
@@ -64,46 +56,13 @@ def rule(summary: Mapping[str, Any]) -> tuple[str, str]:
                                    m["dslm-preln"], s["steps"], s["warmup"])
 
 
-def table(summary: Mapping[str, Any]) -> Table:
-    """One row per model: lr, final loss against unigram, still improving, shortcut attenuation, gradient norms."""
-    rows = []
-    for e in summary["models"].values():
-        b = e["scored"][0] if e["scored"] else None
-        lg = b["logged"] if b else {}
-        att = " · ".join(" → ".join(f"{x[1]:.1f}" for x in run) or "–" for run in lg.get("shortcut_log10", []))
-        rows.append([e["label"], lr_text(e), " · ".join(f"{x:.3f}" for x in b["final_loss"]) if b else "–",
-                     " · ".join(f"{u:.3f}" for u in b["unigram"]) if b else "–",
-                     " · ".join("yes" if x else "no" for x in lg.get("improving", [])) or "–", att or "–",
-                     " · ".join(f"{g['first']:.3g} → {g['last']:.3g}" for g in lg.get("grad_norm", [])) or "–"])
-    return Table(["model", "lr (tuning seed)", "final loss", "unigram", "still improving",
-                  "log10 Π shortcut factors first → last", "grad norm first → last"], rows)
-
-
-def setup(summary: Mapping[str, Any]) -> str:
-    s = summary["sizes"]
-    return (f"decoder of {s['depth']} layers, width {s['width']}, {s['heads']} heads, seq {s['seq']}, batch "
-            f"{s['batch']}, causal LM on the embedded corpus; {s['steps']} steps, warmup {s['warmup']}, cosine decay, "
-            f"clip 1.0; each model at its own lr, tuned on seed {summary['tuning_seed']}, scored on seeds "
-            f"{s['seeds']}; a run trains if it ends ≥ {TRAIN_MARGIN} nats below its unigram loss.")
-
-
-def plot(summary: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
-    """Tuning loss vs lr; scored validation curves; each block's gradient norm at the last evaluation."""
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, (key, e) in enumerate(summary["models"].items()):
-        a.plot(e["lr_grid"], e["tuning"]["loss"], "o-", ms=3, color=f"C{i}", label=e["label"])
-        for r in (x for x in data[key] if x["role"] == "scored"):
-            if r["val_curve"]:
-                b.plot(*zip(*r["val_curve"]), color=f"C{i}", label=f"{e['label']}, lr {r['lr']:g}")
+def block_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """Each block's gradient norm at the last evaluation of each model's first scored run."""
+    for i, e in enumerate(summary["models"].values()):
         g = e["scored"][0]["logged"]["block_grads"][0] if e["scored"] else None
         if g:
-            c.semilogy(g["last"], color=f"C{i}", label=f"{e['label']}, step {g['last_step']}")
-    a.set(xscale="log", xlabel="peak lr", ylabel="final val loss, tuning seed")
-    b.set(xlabel="step", ylabel="validation loss (nats/token)")
-    c.set(xlabel="block (bottom → top)", ylabel="gradient norm, last evaluation")
-    for ax in (a, b, c):
-        ax.legend(fontsize=7)
-    return fig
+            ax.semilogy(g["last"], color=f"C{i}", label=f"{e['label']}, step {g['last_step']}")
+    ax.set(xlabel="block (bottom → top)", ylabel="gradient norm, last evaluation")
 
 
 CLAIM = Claim(
@@ -111,6 +70,15 @@ CLAIM = Claim(
     claim=("(DeepScaleLM, Kedia et al. 2024; Admin, Liu et al. 2020): trained as these papers train Post-LN — "
            "thousands of steps, a long warmup, small peak lrs — a 192-layer Post-LN model trains with DSLM's "
            "initialization where the standard one does not."),
-    full=FULL, quick=QUICK, models=models, rule=rule, setup=setup, table=table, plot=plot, log=log,
+    full=FULL, quick=QUICK, models=models, rule=rule, log=log, plot=[lr_panel, val_panel, block_panel],
+    setup=("decoder of {s[depth]} layers, width {s[width]}, {s[heads]} heads, seq {s[seq]}, batch {s[batch]}, causal "
+           "LM on the embedded corpus; {s[steps]} steps, warmup {s[warmup]}, cosine decay, clip 1.0; each model at its "
+           "own lr, tuned on seed {t}, scored on seeds {s[seeds]}; a run trains if it ends ≥ " + f"{TRAIN_MARGIN}"
+           " nats below its unigram loss."),
+    table=[MODEL, LR, ("final loss", seeds_cell("final_loss")), ("unigram", seeds_cell("unigram")),
+           ("still improving", seeds_cell("improving", lambda x: "yes" if x else "no")),
+           ("log10 Π shortcut factors first → last", seeds_cell("shortcut_log10", lambda run: " → ".join(
+               f"{x[1]:.1f}" for x in run) or "–")),
+           ("grad norm first → last", seeds_cell("grad_norm", lambda g: f"{g['first']:.3g} → {g['last']:.3g}"))],
     rules={"horizon-cause": lambda s: verdicts.horizon_cause(
         {k: _entry(e) for k, e in s["models"].items() if k != "dslm-preln"})})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..table import Table
+from .outputs import write_text
 
 
 @dataclass
@@ -86,8 +87,5 @@ def render(title: str, sections: Sequence[Section], intro: str = "") -> str:
 
 
 def write_html(path: str | Path, title: str, sections: Sequence[Section], intro: str = "") -> Path:
-    """Write `render`'s document to ``path`` (parent folders created); returns the path."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(title, sections, intro), encoding="utf-8")
-    return out
+    """Write `render`'s document to ``path`` (`sigprop.experiments.outputs.write_text`); returns the path."""
+    return write_text(path, render(title, sections, intro))

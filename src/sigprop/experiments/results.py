@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+from .outputs import write_json, write_text
 from .registry import EXPERIMENTS, entry, is_claim
 
 CLAIMS = tuple(n for n in EXPERIMENTS if is_claim(n))      # the training claims, whose verdict NAME.json recomputes
@@ -54,16 +55,15 @@ def collect(root: str | Path, names: Sequence[str], docs: str | Path | None = No
                         + figures + "\n")
     table = ["| claim | verdict | measured | command | seeds | wall |", "|---|---|---|---|---|---|", *rows]
     text = HEADER + "\n" + "\n".join(table) + "\n\n" + "\n\n".join(sections)
-    (root / "RESULTS.md").write_text(text)
+    write_text(root / "RESULTS.md", text)
     if docs is not None:
         docs = Path(docs)
         (docs / "img").mkdir(parents=True, exist_ok=True)
-        (docs / "results").mkdir(parents=True, exist_ok=True)
         for n, s in found.items():
             for f in figures_of(root, n):
                 shutil.copyfile(f, docs / "img" / f.name)
-            (docs / "results" / f"{n}.json").write_text(json.dumps(s, indent=1) + "\n")
-        (docs / "RESULTS.md").write_text(text)
+            write_json(docs / "results" / f"{n}.json", s)
+        write_text(docs / "RESULTS.md", text)
     return text
 
 

@@ -50,9 +50,11 @@ def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
     return trainable(meta_model(model))
 
 
-def _fresh(run_dir: Path) -> None:
-    """Clear a previous run of this experiment in ``run_dir`` (`sigprop.train.run_dir.clear`'s rule)."""
-    clear(run_dir)
+def non_embedding_count(model: Mapping[str, Any]) -> int:
+    """Trainable parameters outside the model's ``embed`` module (token/position tables, tied LM head; ViT patch
+    projection, position table, class token)."""
+    net = meta_model(model)
+    return trainable(net) - trainable(net.embed)
 
 
 def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, Any] | None = None,
@@ -65,7 +67,7 @@ def train_run(out_dir: str | Path, model: Mapping[str, Any], data: Mapping[str, 
     ``train.out_dir`` and ``train.seed`` are set here, every other key is validated as usual.
     """
     run_dir = Path(out_dir)
-    _fresh(run_dir)
+    clear(run_dir)                        # a previous run of this experiment (`sigprop.train.run_dir.clear`)
     raw = {"model": dict(model), "data": dict(data or {}), "optim": dict(optim or {}),
            "train": {**RUN_DEFAULTS, **dict(train_cfg or {}), "seed": seed, "out_dir": str(run_dir)}}
     cfg = from_mapping(RunConfig, raw)
@@ -89,11 +91,6 @@ def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict
     if unknown:
         raise UserError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
     return {**base, **overrides}
-
-
-def undiverged_curves(runs: Sequence[dict[str, Any]], key: str) -> list[list[list[float]]]:
-    """The ``key`` curves of the runs that did not diverge."""
-    return [r[key] for r in runs if not r["diverged"]]
 
 
 def mean_curve(curves: Sequence[Sequence[Sequence[float]]], column: int = 1) -> dict[str, list[float]]:

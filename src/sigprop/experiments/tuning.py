@@ -77,7 +77,3 @@ def layer_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     return {"attn_entropy": [r["attn_entropy"] for r in attn], "max_logit": [r["max_logit"] for r in attn],
             "stream_rms": [math.sqrt(r["fwd_var"] + r["fwd_mean"] ** 2) for r in rows]}
 
-
-def numbers(m: Mapping[str, Any]) -> dict[str, Any]:
-    """A `tune` result without its run records: what the claim's JSON keeps per model and the verdict reads."""
-    return {k: v for k, v in m.items() if k not in ("tuning_runs", "runs")}
