@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..console.errors import UserError
-from ..nn import Attention, Block, Sublayer
+from ..nn import Attention
 from ..nn.residual import Residual
 from ..nn.roles import role_of, site_of, tag_site
 from ..records import Record
@@ -27,13 +27,7 @@ from .config import ModelConfig
 from .predict import encoder_chain, model_chain, predict
 from .stack import Stack
 
-SUBLAYERS = ("attn", "cross", "mlp")
 OUTPUT_PROJECTIONS = {"attn": "o_proj", "cross": "o_proj", "mlp": "fc2"}   # sublayer -> the attribute of its fn
-
-
-def sublayers(block: Block) -> list[tuple[str, Sublayer]]:
-    """(kind, sublayer) of every residual site of ``block``, in execution order."""
-    return [(kind, getattr(block, kind)) for kind in SUBLAYERS if getattr(block, kind) is not None]
 
 
 class Native(Adapter):
@@ -56,11 +50,11 @@ class Native(Adapter):
         return list(self.stacks(model)[0].blocks)
 
     def record_sites(self, model: nn.Module) -> list[tuple[tuple[str, int, str], ResidualSite]]:
-        return [((sub.site.stack, sub.site.layer + 1, kind), site) for stack in self.stacks(model)
-                for block in stack.blocks for site, (kind, sub) in zip(self.sites(block), sublayers(block))]
+        return [((site.out.site.stack, site.out.site.layer + 1, site.kind), site) for stack in self.stacks(model)
+                for block in stack.blocks for site in self.sites(block)]
 
     def sites(self, block: nn.Module) -> list[ResidualSite]:
-        return [ResidualSite(kind, sub, 0, sub.fn, sub, out_is_input=False) for kind, sub in sublayers(block)]
+        return [ResidualSite(kind, sub, 0, sub.fn, sub, out_is_input=False) for kind, sub in block.sublayers()]
 
     def residual(self, block: nn.Module, kind: str) -> Residual | None:
         return getattr(block, kind).residual
@@ -112,7 +106,7 @@ class Native(Adapter):
         name = self.stack(model)
         for j, block in enumerate(blocks):
             tag_site(block, name, j)
-            for kind, sub in sublayers(block):
+            for kind, sub in block.sublayers():
                 sub.site = Site(name, j, kind)
         stack.blocks = nn.ModuleList(blocks)
         model.cfg = dataclasses.replace(model.cfg, n_layers=len(blocks))

@@ -77,8 +77,7 @@ class Stack(nn.Module):
         """Every residual site's moment map in forward order (`sites_chain` of each `Sublayer.site_maps`;
         cross-attention sites read ``memory``), then the final norm; with the record label of each map's output:
         (layer, sublayer), 1-based, or None for the final norm."""
-        sites = [(i, kind, getattr(block, kind)) for i, block in enumerate(self.blocks)
-                 for kind in ("attn", "cross", "mlp") if getattr(block, kind) is not None]
+        sites = [(i, kind, sub) for i, block in enumerate(self.blocks) for kind, sub in block.sublayers()]
         labels: list[tuple[int, str] | None] = [(i + 1, kind) for i, kind, _ in sites]
         maps = [sub.site_maps(L, memory if kind == "cross" else None, memory_len) for _, kind, sub in sites]
         chain = sites_chain(maps, self.placement, normalized_input=False)

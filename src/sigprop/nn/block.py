@@ -145,6 +145,11 @@ class Block(nn.Module):
         super().__init__()
         self.attn, self.cross, self.mlp = attn, cross, mlp
 
+    def sublayers(self) -> list[tuple[str, Sublayer]]:
+        """(kind, sublayer) of every residual site, in execution order: "attn", "cross" (if any), "mlp"."""
+        return [(kind, sub) for kind, sub in (("attn", self.attn), ("cross", self.cross), ("mlp", self.mlp))
+                if sub is not None]
+
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.attn(x, key_mask=key_mask)
