@@ -68,10 +68,10 @@ DEFAULTS = dict(gamma=None, k=2.0, r0=None, tau0=1.0, c_plus=0.0, c_minus=-1.0, 
 
 def family_of(model: nn.Module) -> Family:
     """The `Family` of ``model``; a clear error naming the supported ``model_type`` values otherwise."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
     for family in FAMILIES:
-        if model_type in family.model_types:
+        if family.handles(model):
             return family
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
     raise ValueError(f"sigprop.hf supports transformers models with config.model_type in {SUPPORTED}; "
                      f"got {type(model).__name__} with model_type {model_type!r}")
 
