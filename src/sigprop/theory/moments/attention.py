@@ -161,10 +161,10 @@ class Attention(Component):
     ``p``: dropout on the softmax probabilities. ``shaped``: A = γ₁I + Softmax(QKᵀ/τ) − γ₂C with
     τ = τ₀√(d·d_k), C uniform over each row's visible keys; otherwise γ₁, γ₂, τ₀ are unused.
     ``exact``: evaluate the softmax functionals by quadrature instead of the Chebyshev tables
-    (`tables`; ≤ 1e-4 relative difference measured, at about a hundred times the cost per new input:
-    bench/predict.py). ``qk_norm``: the degrees of freedom k of each head's normalized queries and keys
-    (d_k − 1 for LayerNorm, d_k for RMSNorm; 0: none); then ``q_var`` and ``k_var`` are the variances of the
-    normalized coordinates (gains squared, the logit scale's (scale·τ)² on ``q_var``; `qk_norm`).
+    (`tables`, within 1e-3 relative of it: tests/test_predict.py; the cost of each: docs/moments.md §3).
+    ``qk_norm``: the degrees of freedom k of each head's normalized queries and keys (d_k − 1 for LayerNorm, d_k
+    for RMSNorm; 0: none); then ``q_var`` and ``k_var`` are the variances of the normalized coordinates (gains
+    squared, the logit scale's (scale·τ)² on ``q_var``; `qk_norm`).
     """
 
     d: int
@@ -299,7 +299,7 @@ class Attention(Component):
           * the token norms: F4·R_x;
         over (F2(1 − ρ) + ρ)². The heads share the tokens, so the last two do not average over them. Shaped
         attention (its identity part dominates at init) passes the input's R on. Against measurement at every
-        sublayer input of Pre-LN models: `bench/norm_dispersion.py`, tests/test_moments_dispersion.py."""
+        sublayer input of Pre-LN models: tests/test_moments_dispersion.py (the table: docs/moments.md §5)."""
         if self.shaped or self.L == math.inf:
             return norm_dispersion(m, self.d)
         f2, f22, rho = st.rows["F2"], st.rows["F22"], max(0.0, min(1.0, ratio(st.m2, st.m2 + st.s2)))

@@ -50,8 +50,8 @@ causal token, which attends only to itself: `VO_KURTOSIS`), 2 + (2d + 5)/d_ff fo
 (E[relu(x·w) w] = σ₁²x/2 by Stein's lemma, and the Wishart moment E|hW₂W₂ᵀ|² = σ₂⁴ d|h|²(d + d_ff + 1)).
 In a standard Post-LN stack (α = β = 1, δ ≈ 1.2 attention, 0.46 FFN) this is the O(1/d)-per-sublayer
 excess a first-token gradient otherwise accumulates (its size: docs/moments.md §3, Post-LN sublayer). Monte
-Carlo: tests/test_moments_postnorm.py and tests/test_moments_causal.py (d = 32), and `bench/postnorm_sublayers.py`
-(the FFN at d = 32, 64, 128; bench/RESULTS.md).
+Carlo: tests/test_moments_postnorm.py and tests/test_moments_causal.py (d = 32); the FFN at d = 32, 64, 128:
+docs/moments.md §5.
 
 Coherent value path (`coherent_radial`). Attention over many keys is not homogeneous token by token, but
 on rank-collapsed tokens (ρ → 1, near-uniform rows) the value path acts on the tokens' common mode as the
@@ -65,8 +65,8 @@ token (M = 1) the two add up to δ above. The per-position backward (`causal`) u
 exchangeable one subtracts (β²a δ_V/(k − 1) + 2αβκ)·M_z from the variance and the covariance (M_z = the
 per-feature variance of the tokens' mean gradient, M = 11ᵀ/L), weighted by 1/(1 + d(1 − ρ)): the common
 mode is coherent only once the tokens' own parts, 1 − ρ of the norm input, drop below O(1/d).
-Monte Carlo: `bench/postnorm_sublayers.py` (bidirectional, d = 64, L = 16, token corr r = 0.99 / 0.95 / 0.9;
-bench/RESULTS.md) and, at d = 32, r = 0.99, tests/test_moments_postnorm.py. The per-position backward applies
+Monte Carlo: at d = 32, r = 0.99, tests/test_moments_postnorm.py; bidirectional, d = 64, L = 16, token
+correlation r = 0.99 / 0.95 / 0.9: docs/moments.md §5. The per-position backward applies
 it unweighted, on every causal Post-LN stack: its first-token part is exact, and on uncollapsed tokens (r = 0.3,
 width 32) the sublayer's gradient is within 3 % + 4 s.e. of Monte Carlo at every position
 (tests/test_moments_causal.py).

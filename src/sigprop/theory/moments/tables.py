@@ -8,15 +8,14 @@ through (L, causal), and they are analytic in both (Gaussian expectations of ent
 even in β), so tensor Chebyshev interpolation on β ∈ [0, β_max], ρ ∈ [−1, 1] converges
 geometrically. One table per (L, causal) is built from the exact functionals at the nodes
 (O(L) row quadratures and O(L²) query-pair key counts, once) and then answers by a few polynomial
-evaluations (measured: bench/predict.py). Causal tables also keep the
+evaluations (their cost: docs/moments.md §3). Causal tables also keep the
 per-row profiles F2(n), B(n), n = 1..L (`profiles`, for the per-position backward of `causal`).
 
 Transforms: the positive functionals are interpolated in log (relative accuracy where they are
 small, e.g. F2 ~ e^{β²}/n); Z1 = 1/n + O(β²) and K2 (signed) linearly (log Z1 has a near-singularity
-at β ~ i/√n). Measured against the exact functionals at random points (bench/predict.py):
-relative error ≤ 2e-4 (rows) and ≤ 1e-3 (pairs) for L ∈ {8, 64, 128}; the attention moments built
-on them ≤ 1e-4 (tests/test_predict.py asserts 1e-3 for both). Outside β_max (where the
-exact quadrature itself loses accuracy) the caller falls back to the exact path.
+at β ~ i/√n). The tables and the attention moments built on them are within 1e-3 relative of the exact
+functionals (tests/test_predict.py; the measured errors: docs/moments.md §3). Outside β_max (where the exact
+quadrature itself loses accuracy) the caller falls back to the exact path.
 """
 from __future__ import annotations
 
