@@ -56,7 +56,7 @@ from ..theory.moments.state import Component, Moments, ratio, replace
 from .adapter import Chain, Label
 from .build import build_model, gc_paused
 from .config import ModelConfig
-from .transformer import DecoderLM, EncoderDecoder, ViT
+from .transformer import DecoderLM, EncoderDecoder
 
 COLLAPSED_CORR = 0.9    # a Post-LN decoder whose token correlation reaches this takes the per-position backward
 
@@ -85,12 +85,7 @@ def model_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = Non
     of `encoder_chain`).
     """
     model = _as_model(model_or_cfg)
-    if isinstance(model, ViT):
-        return model.moment_chain()
-    L, collision = model.default_inputs(seq_len, token_collision)
-    if isinstance(model, EncoderDecoder):
-        return model.moment_chain(L, collision, memory)
-    return model.moment_chain(L, collision)
+    return model.moment_chain(*model.default_inputs(seq_len, token_collision), memory)
 
 
 def encoder_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,

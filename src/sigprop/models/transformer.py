@@ -80,8 +80,8 @@ class _SingleStackLM(_TiedLM):
         _check_mask(attention_mask, input_ids, "attention_mask")
         return self.logits(self.stack(self.embed_tokens(input_ids), attention_mask))
 
-    def moment_chain(self, seq_len: int, token_collision: float) -> Chain:
-        """The model as moment maps from ids to logits, with each output's record label."""
+    def moment_chain(self, seq_len: int, token_collision: float, memory: Moments | None = None) -> Chain:
+        """The model as moment maps from ids to logits, with each output's record label (one stack: no memory)."""
         return _join(self.input_chain(token_collision), self.stack.moment_chain(seq_len), self.head_chain())
 
     def stack_chain(self, stack: str, memory: Moments | None = None, seq_len: int | None = None,
@@ -194,9 +194,9 @@ class ViT(nn.Module):
         """The moment maps of the model's one stack (`moment_chain`)."""
         return self.moment_chain()[1]
 
-    def moment_chain(self) -> Chain:
+    def moment_chain(self, seq_len: int = 0, token_collision: float = 0.0, memory: Moments | None = None) -> Chain:
         """Patch embedding (N(0, 1) pixels) and dropout, the stack over T = 1 + patches tokens, then the head
-        on the class token only (`ClassToken`).
+        on the class token only (`ClassToken`); the token arguments (`default_inputs`) leave it unchanged.
 
         Refused (NotImplementedError) for blocks with a final norm (placements "pre", "out", "sandwich") whose
         class token starts at another variance than the patch tokens (every scheme but DSLM): the head's gradient
