@@ -11,13 +11,13 @@ config, not a trained or loaded one. Biases must be zero and norm gains one (as 
 The family adapter (`Family`) says which module computes what: `Family.input_maps` (embedding tables, their
 norm and dropout: the stream entering the first block, record layer 0), `Family.branch_maps` (the attention
 or MLP branch of one residual site, its dropout included), `Family.site_norm`, `Family.final_norm` and
-`Family.head_maps` (what lies between the last block and the output `diagnose` differentiates). The chain
-composes them like `sigprop.nn.Sublayer`: Pre-LN x ← αx + βD(f(N(x))), Post-LN x ← N(αx + βD(f(x)))
-(`PostNormResidual`, its input a previous norm's output), a norm on the branch output (`Family.output_norm`: OLMo 2's
-x ← αx + βN(f(x)), Gemma's sandwich x ← αx + βN₂(f(N₁(x)))) is its map on f's output moments, as in `Sublayer`,
-and a norm replaced by the identity (``shaped``) drops out. Backward: from logits with unit gradient variance, as
-`diagnose`'s random-projection loss; a causal stack as `sigprop.models.predict` traces a decoder, a bidirectional
-one with `trace_bwd`.
+`Family.head_maps` (what lies between the last block and the output `diagnose` differentiates). Each residual
+site's maps (`Walk.site_maps`) are composed by the walker sigprop's own stacks use, `sigprop.nn.block.sites_chain`:
+Pre-LN x ← αx + βD(f(N(x))), Post-LN x ← N(αx + βD(f(x))) (`PostNormResidual`, its input a previous norm's
+output), a norm on the branch output (`Family.output_norm`: OLMo 2's x ← αx + βN(f(x)), Gemma's sandwich
+x ← αx + βN₂(f(N₁(x)))) its map on f's output moments, and a norm replaced by the identity (``shaped``) drops out.
+Backward: from logits with unit gradient variance, as `diagnose`'s random-projection loss, by the trace of
+`sigprop.models.predict` (`trace`: a causal stack per position, a bidirectional one with the exchangeable maps).
 
 A module, option or input without an exact map raises NotImplementedError naming it (RoPE whose frequencies
 change at run time, the tanh-GeLU beyond its quadrature range, padding masks, a classification head, ...).
