@@ -5,7 +5,7 @@ depth L (β² = k/(2L)) and the V/O std made for the gain G of their stream at d
 fresh model of depth N, whose V/O std d²σ_v²σ_o² G_l = 1 − p holds G_l = G(r_l) of a fresh N-block stream at
 layer l. The grown stream is not that stream: at β² = k/(2L) > k/(2N) each old block mixes more, the token
 correlation r entering a new block is higher than a fresh model's r_l and so is the gain (G grows with r), and a
-new attention branch measures G(r)/G_l > 1 (1.2–1.8 at 8 → 32 blocks, width 64, 64 tokens: docs/grow.md).
+new attention branch at the fresh std has variance G(r)/G_l > 1 (measured in docs/grow.md).
 
 Rule. Walk the grown stack bottom to top with DSLM's own recursion of the token correlation
 (`sigprop.theory.dslm_stack`, the Gram recursion up to ``GRAM_MAX_TOKENS`` tokens, the mean recursion beyond,
@@ -20,8 +20,9 @@ as `sigprop.schemes.dslm.correlations` chooses), reading each block off its modu
 
 Each new block's W_V and W_O are rescaled by vo_std(G_j)/(recorded std) and the new std recorded, so the weights
 stay the fresh draw (the same global RNG stream) at the new scale. Since a new block's gain depends only on the
-blocks below it, one walk sets them all in order. A stack of one depth (nothing grown) walks to the fresh model's
-gains exactly (`tests/test_grow_dslm.py`).
+blocks below it, one walk sets them all in order. A trained old block is read as the recursion reads any block,
+by its residual weights and recorded init stds (not by its trained weights). A stack of one depth (nothing grown)
+walks to the fresh model's (r_l, G_l) to rounding, rel. 1e-10 (`tests/test_grow_dslm.py`).
 """
 from __future__ import annotations
 
