@@ -10,9 +10,19 @@
 Supported ``config.model_type``: see `SUPPORTED`. Importing this package needs no `transformers`;
 `apply` uses it only through the model it is given (and to register the shaped attention).
 """
+from typing import Any
+
 from .apply import SUPPORTED, apply, mirror_config
 from .diagnose import diagnose
-from .optim import param_groups
 from .walk import predict
 
 __all__ = ["apply", "diagnose", "mirror_config", "param_groups", "predict", "SUPPORTED"]
+
+
+def __getattr__(name: str) -> Any:
+    """`param_groups` (`sigprop.hf.optim`), imported when first read: it builds `sigprop.train`'s optimizer groups,
+    which the family adapters (`sigprop.models.adapter.adapter_of` imports them) must not load."""
+    if name == "param_groups":
+        from .optim import param_groups
+        return param_groups
+    raise AttributeError(f"module 'sigprop.hf' has no attribute {name!r}")
