@@ -1,0 +1,1 @@
+"""The advice's fitted constants (`fitted`, written by `sigprop.advice.fit`)."""
