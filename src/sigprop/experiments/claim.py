@@ -290,7 +290,8 @@ def curves(records: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[s
 def run_claim(claim: Claim, out: str | Path, quick: bool = False, sizes: Mapping[str, Any] | None = None,
               show_progress: bool = True) -> dict[str, Any]:
     """Run ``claim`` into ``out`` (steps 1–5 above; runs in ``out/sweeps``, resumable) and return its summary.
-    ``sizes`` override the keys of ``claim.quick`` (``quick``) or ``claim.full``; an unknown key is a ValueError."""
+    ``sizes`` override the keys of ``claim.quick`` (``quick``) or ``claim.full``; an unknown key, or a value
+    outside the claim's ``choices``, is a UserError."""
     out = Path(out)
     s = resolve_sizes(claim.quick if quick else claim.full, dict(sizes or {}))
     for key, valid in claim.choices.items():
@@ -317,7 +318,8 @@ def figure(claim: Claim, summary: Mapping[str, Any], data: Mapping[str, Any]) ->
 
 
 def lr_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any]) -> None:
-    """Tuning-seed final loss against lr per tuned model (ring: its chosen lr; dashed: unigram − `TRAIN_MARGIN`)."""
+    """Tuning-seed final loss against lr per tuned model (ring: its chosen lr; dashed, when every tuning run shares
+    one unigram level: unigram − `TRAIN_MARGIN`)."""
     tuned_entries = [(i, e) for i, e in enumerate(summary["models"].values()) if e["tuning"]]
     for i, e in tuned_entries:
         t = e["tuning"]
@@ -325,39 +327,39 @@ def lr_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any]) -> No
         if t["best_lr"] is not None:
             ax.plot([t["best_lr"]], [t["loss"][e["lr_grid"].index(t["best_lr"])]], "o", mfc="none", ms=9,
                     color=f"C{i % 10}")
-    if tuned_entries and tuned_entries[0][1]["tuning"]["unigram"] is not None:
-        ax.axhline(tuned_entries[0][1]["tuning"]["unigram"] - TRAIN_MARGIN, color="k", ls="--", lw=0.8,
-                   label=f"unigram − {TRAIN_MARGIN:g}")
+    levels = {e["tuning"]["unigram"] for _, e in tuned_entries}
+    if len(levels) == 1 and None not in levels:                     # one data split: its trains line
+        ax.axhline(levels.pop() - TRAIN_MARGIN, color="k", ls="--", lw=0.8, label=f"unigram − {TRAIN_MARGIN:g}")
     log_ticks(ax, [lr for _, e in tuned_entries for lr in e["lr_grid"]])
     ax.set(xlabel="peak lr", ylabel="final val loss, tuning seed", title="lr grids (ring: chosen)")
 
 
 def val_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any],
-              x: Callable[[Mapping[str, Any], float], float] | None = None, xlabel: str = "step",
-              curve: str = "val_curve", column: int = 1, ylabel: str = "validation loss (nats/token)") -> None:
+              x: Callable[[Mapping[str, Any], float], float] | None = None, curve: str = "val_curve", column: int = 1,
+              **axes: Any) -> None:
     """Column ``column`` of every scored run's ``curve`` (rows [step, ...]; default: the validation loss), one
-    colour per model, against step (or ``x(entry, step)``)."""
+    colour per model, against step (or ``x(entry, step)``); ``axes``: the axes' settings (``ylabel``, ...)."""
     for i, (key, e) in enumerate(summary["models"].items()):
         runs = [r for r in data[key] if r["role"] == "scored" and r[curve]]
         for j, r in enumerate(runs):
             ax.plot([x(e, row[0]) if x else row[0] for row in r[curve]], [row[column] for row in r[curve]],
                     color=f"C{i % 10}", lw=1, label=e["label"] if j == 0 else None)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title="scored runs")
+    ax.set(**{"xlabel": "step", "ylabel": "validation loss (nats/token)", "title": "scored runs", **axes})
 
 
 def blocks_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any],
                  value: Callable[[Mapping[str, Any]], float] = lambda b: b["final_val_loss"]["mean"],
-                 ylabel: str = "final val loss (seed mean)", models: Sequence[str] | None = None,
-                 ls: Callable[[Mapping[str, Any]], str] = lambda e: "-") -> None:
+                 models: Sequence[str] | None = None, ls: Callable[[Mapping[str, Any]], str] = lambda e: "-",
+                 **axes: Any) -> None:
     """``value`` of each scored block against its lr, one line per model (``models``: those keys only), in line
-    style ``ls(entry)``."""
+    style ``ls(entry)``; ``axes``: the axes' settings (``ylabel``, ``yscale``, ...)."""
     keys = list(summary["models"]) if models is None else models
     for i, key in enumerate(keys):
         e = summary["models"][key]
         ax.plot([b["lr"] for b in e["scored"]], [value(b) for b in e["scored"]], ls=ls(e), marker="o", ms=3,
                 color=f"C{i % 10}", label=e["label"])
     log_ticks(ax, [b["lr"] for k in keys for b in summary["models"][k]["scored"]])
-    ax.set(xlabel="peak lr", ylabel=ylabel)
+    ax.set(**{"xlabel": "peak lr", "ylabel": "final val loss (seed mean)", **axes})
 
 
 def explain_log(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -370,11 +372,12 @@ def explain_log(r: Mapping[str, Any]) -> dict[str, Any]:
 def sweep_summary(entries: list[Mapping[str, Any]]) -> dict[str, Any]:
     """`sigprop.train.sweep_report.summarize` over an untuned group's model entries, their ``attrs["size"]`` the
     sweep's size: η* per size, its edge, sensitivity, transfer regret."""
-    return sweep_report.summarize([{"point": {"size": e["attrs"]["size"], "optim.lr": b["lr"], "seed": seed},
-             "config": {"optim": {"lr": b["lr"]}}, "final_val_loss": x,
-             "initial_val_loss": init, "diverged": not math.isfinite(x)}
-            for e in entries for b in e["scored"]
-            for seed, x, init in zip(b["seeds"], b["final_loss"], b["initial_val_loss"]["per_seed"])], "size")
+    records = [{"point": {"size": e["attrs"]["size"], "optim.lr": b["lr"], "seed": seed},
+                "config": {"optim": {"lr": b["lr"]}}, "final_val_loss": x, "initial_val_loss": init,
+                "diverged": not math.isfinite(x)}
+               for e in entries for b in e["scored"]
+               for seed, x, init in zip(b["seeds"], b["final_loss"], b["initial_val_loss"]["per_seed"])]
+    return sweep_report.summarize(records, "size")
 
 
 def grad_stats(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -427,12 +430,16 @@ def stat_text(s: Mapping[str, float], fmt: str = ".3f") -> str:
     return f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
 
 
+def _values(b: Mapping[str, Any] | None, key: str) -> Any:
+    """``key`` of a scored block, else its logged ``key`` ([]: no block, or no such quantity)."""
+    return [] if b is None else b[key] if key in b else b["logged"].get(key, [])
+
+
 def stat_cell(key: str, fmt: str = ".3f", pick: Callable[[Any], float] | None = None) -> Callable[..., str]:
     """A `Column`'s cell: "mean ± std" over seeds of ``key`` in the scored block (else its logged ``key``), each
     seed's value through ``pick`` first (empty ones dropped); "–": no block or no values."""
     def cell(e: Mapping[str, Any], b: Mapping[str, Any] | None, s: Mapping[str, Any]) -> str:
-        values = [] if b is None else b[key] if key in b else b["logged"].get(key, [])
-        values = [pick(x) for x in values if x] if pick else values
+        values = [pick(x) for x in _values(b, key) if x] if pick else _values(b, key)
         return stat_text(seed_stats(values), fmt) if len(values) else "–"
     return cell
 
@@ -449,7 +456,7 @@ def seeds_cell(key: str, show: Callable[[Any], str] = "{:.3f}".format) -> Callab
     """A `Column`'s cell: ``show`` of each seed's ``key`` in the scored block (else its logged ``key``), joined by
     " · " ("–": no block or no values); a `seed_stats` entry (``final_val_loss``, ...) shown as "mean ± std"."""
     def cell(e: Mapping[str, Any], b: Mapping[str, Any] | None, s: Mapping[str, Any]) -> str:
-        values = [] if b is None else b[key] if key in b else b["logged"].get(key, [])
+        values = _values(b, key)
         if isinstance(values, Mapping):
             return stat_text(values)
         return " · ".join(show(x) for x in values) or "–"

@@ -118,21 +118,20 @@ def advise_lr(out_dir: str | Path, label: str, size: dict[str, Any], seed: int =
             "caveat": a.caveat}
 
 
-def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int = 0) -> dict[str, Any]:
-    """Train ``label`` of `TRAIN_MODELS` (`demo_tables`) at ``lr`` in ``out_dir/runs/<label>``; the `train_run`
-    record with ``lr``."""
+def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int = 0,
+                run_dir: str | Path | None = None, **train: Any) -> dict[str, Any]:
+    """Train ``label`` of `TRAIN_MODELS` (`demo_tables`, ``train`` laid over its train table) at ``lr`` in
+    ``run_dir`` (default ``out_dir/runs/<label>``); the `train_run` record with ``lr``."""
     t = demo_tables(label, size["depth"], size["width"], size["steps"], size["batch"])
-    r = train_run(Path(out_dir) / "runs" / _slug(label), t["model"], data=t["data"], optim={**t["optim"], "lr": lr},
-                  train_cfg={**t["train"], "progress": False}, seed=seed)
+    r = train_run(run_dir or Path(out_dir) / "runs" / _slug(label), t["model"], data=t["data"],
+                  optim={**t["optim"], "lr": lr}, train_cfg={**t["train"], "progress": False, **train}, seed=seed)
     return {**r, "lr": lr}
 
 
 def sweep_model(out_dir: str | Path, size: dict[str, Any], lr: float, seed: int = 0) -> dict[str, Any]:
     """`SWEPT` at one lr of `SWEEP_LRS` (evaluated at the end only), in ``out_dir/sweep/lr<lr>``."""
-    t = demo_tables(SWEPT, size["depth"], size["width"], size["steps"], size["batch"])
-    r = train_run(Path(out_dir) / "sweep" / f"lr{lr:g}", t["model"], data=t["data"], optim={**t["optim"], "lr": lr},
-                  train_cfg={**t["train"], "eval_every": 0, "progress": False}, seed=seed)
-    return {"lr": lr, "final_val_loss": r["final_val_loss"], "diverged": r["diverged"], "wall_s": r["wall_s"]}
+    r = train_model(out_dir, SWEPT, size, lr, seed, Path(out_dir) / "sweep" / f"lr{lr:g}", eval_every=0)
+    return {k: r[k] for k in ("lr", "final_val_loss", "diverged", "wall_s")}
 
 
 def _write_advice(out_dir: str | Path, advice: dict[str, Any], sweep: list[dict[str, Any]], quick: bool

@@ -100,8 +100,8 @@ def eta_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any], axis
 
 def largest_panel(ax: Any, summary: Mapping[str, Any], data: Mapping[str, Any]) -> None:
     """Final loss against lr at each panel's largest size."""
-    blocks_panel(ax, summary, data, models=[f"{g}/{es[-1]['attrs']['size']}" for g, es in by_group(summary).items()])
-    ax.set_title("largest size of each panel")
+    blocks_panel(ax, summary, data, models=[f"{g}/{es[-1]['attrs']['size']}" for g, es in by_group(summary).items()],
+                 title="largest size of each panel")
 
 
 CLAIM = Claim(

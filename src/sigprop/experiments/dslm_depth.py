@@ -114,5 +114,5 @@ CLAIM = Claim(
                                                             for t in s["results"][e["key"]]["trains"])),
            ("grad norm first → last (max)", seeds_cell(
                "grad_norm", lambda x: f"{x['first']:.3g} → {x['last']:.3g} ({x['max']:.3g})"))],
-    plot=[lr_panel, val_panel, partial(val_panel, curve="train_curve", column=2,
-                                       ylabel="gradient norm (before clip 1.0)")])
+    plot=[lr_panel, val_panel, partial(val_panel, curve="train_curve", column=2, yscale="log",
+                                       ylabel="gradient norm (before clip 1.0)", title="gradient norms")])

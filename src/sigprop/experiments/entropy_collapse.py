@@ -116,4 +116,4 @@ CLAIM = Claim(
            ("stream RMS (last)", stat_cell("stream_rms", ".3g", lambda x: x[-1])), FINAL],
     plot=[partial(blocks_panel, value=lambda b: np.nanmean(b["logged"]["entropy"]), ls=_ls,
                   ylabel="final attention entropy (layer mean, nats)"), step_panel,
-          partial(blocks_panel, value=_logit, ls=_ls, ylabel="largest attention logit (layer mean)")])
+          partial(blocks_panel, value=_logit, ls=_ls, ylabel="largest attention logit (layer mean)", yscale="log")])

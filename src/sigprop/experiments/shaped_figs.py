@@ -81,7 +81,6 @@ def compute_fig1(quick: bool = False, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Correlation over depth, width = depth (t = depth/width = 1), softmax / preln / shaped + SDE:
     (data: mean and 5–95 % band per block and for the SDE, summary: final statistics and KS test)."""
-    start = time.time()
     n, samples, paths, steps = _sizes(FIG1_SIZES, quick, sizes).values()
     blocks = {"softmax": {}, "preln": {}, "shaped": SHAPED_KW}
     rho = {b: correlation(ensemble.simulate(b, _V0(), n, n, samples, seed=1, method="gaussian", **kw))
@@ -100,8 +99,7 @@ def compute_fig1(quick: bool = False, show_progress: bool = True, **sizes: Any
                                    "sde": float(fin_sde.mean())},
                "final_std_corr": {**{b: float(r[:, -1].std()) for b, r in rho.items()}, "sde": float(fin_sde.std())},
                "sde_stopped_fraction": float(P.stopped.float().mean()),
-               "ks_shaped_vs_sde": {"statistic": float(ks.statistic), "pvalue": float(ks.pvalue)},
-               "wall_s": round(time.time() - start, 2)}
+               "ks_shaped_vs_sde": {"statistic": float(ks.statistic), "pvalue": float(ks.pvalue)}}
     return data, summary
 
 
@@ -134,20 +132,12 @@ def plot_fig1(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig1(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`compute_fig1` → `table_fig1` + `plot_fig1`, written as fig1.{json,md,png}; returns the summary."""
-    data, summary = compute_fig1(quick, show_progress, **sizes)
-    return write_outputs(out_dir, "fig1", data, summary,
-                         section("Fig. 1 — correlation over depth", table_fig1(summary)), plot_fig1(data, summary))
-
-
 FIG2_BLOCKS = {"softmax": {}, "preln": {}, "postln": {}, "shaped": SHAPED_KW}
 
 
 def compute_fig2(quick: bool = False, show_progress: bool = True, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-layer gradient norm ‖∂ℓ/∂X_l‖_F² (mean, 5–95 % band of log10) vs layer, explicit-weight networks."""
-    start = time.time()
     n, samples = _sizes(FIG2_SIZES, quick, sizes).values()
     g = {b: ensemble.gradient_norms(b, _V0(), n, n, samples, seed=3, **kw).numpy()
          for b, kw in progress(FIG2_BLOCKS.items(), "fig2", total=len(FIG2_BLOCKS), enabled=show_progress)}
@@ -155,8 +145,7 @@ def compute_fig2(quick: bool = False, show_progress: bool = True, **sizes: Any
     summary = {"width": n, "depth": n, "samples": samples,
                "grad_norm_first_layer": {b: float(v[:, 0].mean()) for b, v in g.items()},
                "grad_norm_last_layer": {b: float(v[:, -1].mean()) for b, v in g.items()},
-               "ratio_first_over_last": {b: float(v[:, 0].mean() / v[:, -1].mean()) for b, v in g.items()},
-               "wall_s": round(time.time() - start, 2)}
+               "ratio_first_over_last": {b: float(v[:, 0].mean() / v[:, -1].mean()) for b, v in g.items()}}
     return data, summary
 
 
@@ -179,13 +168,6 @@ def plot_fig2(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     ax.set(xlabel="layer l", ylabel="log10 ‖∂ℓ/∂X_l‖²", title=f"gradient norms, n = d = {n}")
     ax.legend()
     return fig
-
-
-def fig2(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`compute_fig2` → `table_fig2` + `plot_fig2`, written as fig2.{json,md,png}; returns the summary."""
-    data, summary = compute_fig2(quick, show_progress, **sizes)
-    return write_outputs(out_dir, "fig2", data, summary, section("Fig. 2 — per-layer gradient norm",
-                                                                 table_fig2(summary)), plot_fig2(data, summary))
 
 
 ABLATIONS = ("no_centering", "no_identity", "standard_temperature")
@@ -233,7 +215,6 @@ def compute_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
       is O(1) with E[S V Sᵀ] ⪰ 0 feeding the norm: mean log(tr V/m) at t = 1 grows with n (explodes).
     Tests: tests/test_shaped_figs.py (`test_fig4_*`).
     """
-    start = time.time()
     widths, samples = _sizes(FIG4_SIZES, quick, sizes).values()
     runs = {n: {v: ablation(v, n, samples) for v in FIG4_VARIANTS}
             for n in progress(widths, "fig4", total=len(widths), enabled=show_progress)}
@@ -245,8 +226,7 @@ def compute_fig4(quick: bool = False, show_progress: bool = True, **sizes: Any
     summary = {"width": n, "depth": n, "samples": samples, "gamma": GAMMA, "tau0": TAU0, "rho0": RHO0,
                "final_mean_corr": {v: top[v]["mean_corr"] for v in FIG4_VARIANTS},
                "final_std_corr": {v: top[v]["std_corr"] for v in FIG4_VARIANTS},
-               "widths": list(widths), "by_width": stats, "predicted_log_trace_rate": LOG_TRACE_RATE,
-               "wall_s": round(time.time() - start, 2)}
+               "widths": list(widths), "by_width": stats, "predicted_log_trace_rate": LOG_TRACE_RATE}
     return data, summary
 
 
@@ -283,13 +263,6 @@ def plot_fig4(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig4(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
-    """`compute_fig4` → `table_fig4` + `plot_fig4`, written as fig4.{json,md,png}; returns the summary."""
-    data, summary = compute_fig4(quick, show_progress, **sizes)
-    return write_outputs(out_dir, "fig4", data, summary, section("Fig. 4 — ablations of shaped attention",
-                                                                 table_fig4(summary)), plot_fig4(data, summary))
-
-
 GAMMAS = (0.2, 0.4, 0.6, 0.8)
 SCALES = (1.0, 100.0)
 
@@ -306,7 +279,7 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def compute_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
+def compute_fig5(quick: bool = False, show_progress: bool = True, blowup: float = 1e6, **sizes: Any
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Blow-up vs gamma and initial scale s, V0 = s·[[1, ρ0], [ρ0, 1]]: the SDE ("transformer", t = 1) and
     finite "shaped" networks at depth = width (t = 1), same γ, τ0 and threshold.
@@ -315,7 +288,6 @@ def compute_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool =
     Euler proposal that is non-finite or not PSD, i.e. the fixed step failing for the cubic drift.
     A network is blown up once some layer has ‖V_l‖_F ≥ ``blowup`` (or overflows); its time is layer/width.
     """
-    start = time.time()
     paths, steps, widths, samples = _sizes(FIG5_SIZES, quick, sizes).values()
     rows = []
     for s, gm in progress([(s, g) for s in SCALES for g in GAMMAS], "fig5", enabled=show_progress):
@@ -332,8 +304,7 @@ def compute_fig5(quick: bool = False, blowup: float = 1e6, show_progress: bool =
             row["network_median_blowup_time"][str(n)] = _median(t_blow[np.isfinite(t_blow)])
         rows.append(row)
     summary = {"paths": paths, "steps": steps, "t": 1.0, "blowup": blowup, "tau0": TAU0, "rho0": RHO0,
-               "network_widths": list(widths), "network_samples": samples, "rows": rows,
-               "wall_s": round(time.time() - start, 2)}
+               "network_widths": list(widths), "network_samples": samples, "rows": rows}
     return {"rows": rows}, summary
 
 
@@ -375,12 +346,23 @@ def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def fig5(out_dir: str | Path, quick: bool = False, blowup: float = 1e6, show_progress: bool = True, **sizes: Any
-         ) -> dict[str, Any]:
-    """`compute_fig5` → `table_fig5` + `plot_fig5`, written as fig5.{json,md,png}; returns the summary."""
-    data, summary = compute_fig5(quick, blowup, show_progress, **sizes)
-    return write_outputs(out_dir, "fig5", data, summary, section("Fig. 5 — blow-up: SDE vs networks",
-                                                                 table_fig5(summary)), plot_fig5(data, summary))
+def _writer(name: str, heading: str, compute: Any, table: Any, plot: Any) -> Any:
+    """The runner of one figure: ``NAME(out_dir, quick=False, show_progress=True, **sizes)`` runs ``compute``
+    (with ``wall_s`` added to its summary), then writes ``table`` under ``heading`` and ``plot`` as
+    NAME.{json,md,png} (`write_outputs`); returns the summary."""
+    def write(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
+        start = time.time()
+        data, summary = compute(quick, show_progress, **sizes)
+        summary["wall_s"] = round(time.time() - start, 2)
+        return write_outputs(out_dir, name, data, summary, section(heading, table(summary)), plot(data, summary))
+    write.__name__ = write.__qualname__ = name
+    return write
+
+
+fig1 = _writer("fig1", "Fig. 1 — correlation over depth", compute_fig1, table_fig1, plot_fig1)
+fig2 = _writer("fig2", "Fig. 2 — per-layer gradient norm", compute_fig2, table_fig2, plot_fig2)
+fig4 = _writer("fig4", "Fig. 4 — ablations of shaped attention", compute_fig4, table_fig4, plot_fig4)
+fig5 = _writer("fig5", "Fig. 5 — blow-up: SDE vs networks", compute_fig5, table_fig5, plot_fig5)
 
 
 def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:

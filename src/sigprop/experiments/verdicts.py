@@ -143,6 +143,11 @@ def entropy_collapse(baseline: Mapping[float, Sequence[float]], shaped: Mapping[
 MIN_STEPS = 300
 
 
+def trained(m: Model) -> list[bool]:
+    """Per scored seed of ``m`` (``final_loss``, ``unigram``): whether its run trains (`levels.trains`)."""
+    return [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
+
+
 def largest_stable_lr(m: Model) -> tuple[float | None, bool]:
     """(largest grid lr whose tuning run trains, whether it is the grid's largest lr); None if none trains.
     Uses ``m["tuning_unigram"]``, the unigram loss of the tuning seed's split."""
@@ -175,9 +180,8 @@ def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: M
             problems.append(f"standard {norm}: {len(m['seeds'])} scored seed(s), the rule needs {min_seeds}")
     if problems:
         return _inconclusive(problems)
-    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
-    dslm_ok = all(all(ok(m)) for m in (*dslm.values(), *deep.values()))
-    std_fail = [not t for m in standard.values() for t in ok(m)]
+    dslm_ok = all(all(trained(m)) for m in (*dslm.values(), *deep.values()))
+    std_fail = [not t for m in standard.values() for t in trained(m)]
     stable = {k: largest_stable_lr(m)[0] for k, m in {**{f"DSLM {n}": m for n, m in dslm.items()},
                                                        **{f"standard {n}": m for n, m in standard.items()}}.items()}
     # a standard model with no stable lr on the grid counts as below any DSLM one
@@ -189,7 +193,7 @@ def dslm_depth(dslm: Mapping[str, Model], standard: Mapping[str, Model], deep: M
         name = "partly"
     else:
         name = "not reproduced"
-    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train" for k, m in
+    runs = "; ".join(f"{k}: {sum(trained(m))}/{len(m['seeds'])} seeds train" for k, m in
                      {**{f"DSLM {n}": m for n, m in dslm.items()}, **{f"standard {n} at DSLM's lr": m
                                                                       for n, m in standard.items()},
                       **{f"{k}": m for k, m in deep.items()}}.items())
@@ -232,14 +236,13 @@ def postln_horizon(dslm: Model, standard: Model, others: Mapping[str, Model], re
     models = {**postln, "DSLM Pre-LN": reference}
     for label, m in models.items():
         problems += tuning_problems(label, m, min_seeds)
-    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
-    if not problems and not all(ok(reference)):
+    if not problems and not all(trained(reference)):
         problems.append("the DSLM Pre-LN reference does not train on every scored seed")
-    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train, {sum(m['improving'])} still improving"
+    runs = "; ".join(f"{k}: {sum(trained(m))}/{len(m['seeds'])} seeds train, {sum(m['improving'])} still improving"
                      for k, m in models.items())
     if problems:
         return "inconclusive", "; ".join(problems) + f" ({runs})."
-    name = ("reproduced" if all(ok(dslm)) and not any(ok(standard)) else "partly" if any(ok(dslm))
+    name = ("reproduced" if all(trained(dslm)) and not any(trained(standard)) else "partly" if any(trained(dslm))
             else "not reproduced")
     return name, f"{runs}; was the 300-step horizon the cause: {': '.join(horizon_cause(postln))}."
 
@@ -250,7 +253,7 @@ def horizon_cause(models: Mapping[str, Model]) -> tuple[str, str]:
     none trains and none is still improving at its end; *open* if none trains but some run is still improving (a
     longer horizon might yet train it)."""
     postln = list(models.values())
-    if any(trains(x, u) for m in postln for x, u in zip(m["final_loss"], m["unigram"])):
+    if any(any(trained(m)) for m in postln):
         return "yes", "a Post-LN model trains at the long horizon"
     if any(any(m["improving"]) for m in postln):
         return "open", "no Post-LN model trains yet, but some is still improving at its end"
@@ -276,13 +279,12 @@ def admin_postln(admin: Mapping[str, Model], others: Mapping[str, Model], steps:
         problems.append("no Admin model")
     if problems:
         return _inconclusive(problems)
-    ok = lambda m: [trains(x, u) for x, u in zip(m["final_loss"], m["unigram"])]
-    every = [k for k, m in admin.items() if all(ok(m))]
-    some = [k for k, m in admin.items() if any(ok(m))]
+    every = [k for k, m in admin.items() if all(trained(m))]
+    some = [k for k, m in admin.items() if any(trained(m))]
     name = "reproduced" if every else "partly" if some else "not reproduced"
-    runs = "; ".join(f"{k}: {sum(ok(m))}/{len(m['seeds'])} seeds train" for k, m in {**admin, **others}.items())
-    trained = [k for k, m in {**admin, **others}.items() if any(ok(m))]
-    answer = f"Post-LN models that train: {', '.join(trained)}" if trained else "no Post-LN model trains"
+    runs = "; ".join(f"{k}: {sum(trained(m))}/{len(m['seeds'])} seeds train" for k, m in {**admin, **others}.items())
+    any_trains = [k for k, m in {**admin, **others}.items() if any(trained(m))]
+    answer = f"Post-LN models that train: {', '.join(any_trains)}" if any_trains else "no Post-LN model trains"
     return name, f"{runs}. {answer}."
 
 
