@@ -129,9 +129,6 @@ class Family(Adapter):
     def handles(self, model: nn.Module) -> bool:
         return getattr(getattr(model, "config", None), "model_type", None) in self.model_types
 
-    def norm_placement(self, model: nn.Module) -> str:
-        return self.placement
-
     def stack(self, model: nn.Module) -> str:
         return "dec" if self.mirror(model.config)["arch"] == "decoder" else "enc"
 

@@ -5,9 +5,9 @@ A tool that walks a model (predict, measure, grow, param rules, advise) asks the
 
 * the blocks of the model's stack, in order, and how to put a new list of blocks in their place (`insert_blocks`);
 * each block's residual sites (`ResidualSite`: the kind, the module whose output is the stream after the add,
-  and for a hooked add the skip and branch), the norm placement of the sites ("pre", "post", "none", "out",
-  "sandwich", `sigprop.nn.block`), the residual weights (α, β) of a site, its output projections and its
-  branch-output norm;
+  and for a hooked add the skip and branch), the residual weights (α, β) of a site, its output projections and
+  its branch-output norm (the norms' placement, "pre", "post", "none", "out" or "sandwich" of `sigprop.nn.block`,
+  enters through each site's moment maps and the growth rules);
 * every parameter as a role-tagged `Piece` (`sigprop.nn.roles`) with its stack and block, whose init std is
   recorded where it was drawn (`sigprop.nn.roles.set_init_std`);
 * the final norm, the module whose output is the record at layer 0 (the stream entering the first block), and
@@ -83,10 +83,6 @@ class Adapter(ABC):
     @abstractmethod
     def handles(self, model: nn.Module) -> bool:
         """Whether ``model`` belongs to this family."""
-
-    @abstractmethod
-    def norm_placement(self, model: nn.Module) -> str:
-        """Where the blocks' norms sit: "pre", "post", "none", "out" or "sandwich"."""
 
     @abstractmethod
     def stack(self, model: nn.Module) -> str:

@@ -40,9 +40,6 @@ class Native(Adapter):
         """The model's stacks in forward order (an encoder–decoder: encoder, decoder)."""
         return [m for m in model.children() if isinstance(m, Stack)]
 
-    def norm_placement(self, model: nn.Module) -> str:
-        return self.stacks(model)[0].placement
-
     def stack(self, model: nn.Module) -> str:
         return self.stacks(model)[0].blocks[0].attn.site.stack
 
