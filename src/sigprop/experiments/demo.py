@@ -151,8 +151,8 @@ def _rank_collapse(out: Path, quick: bool) -> dict[str, Any]:
 
 
 def _moments(out: Path, size: dict[str, Any], quick: bool) -> dict[str, Any]:
-    return dslm_moments.run(out / "dslm_moments", depth=size["moments_depth"], seeds=range(size["moments_seeds"]),
-                            quick=quick, show_progress=False)
+    return dslm_moments.run(out / "dslm_moments", quick=quick, show_progress=False, depth=size["moments_depth"],
+                            seeds=size["moments_seeds"])
 
 
 def _open_parts(folder: Path, meta: dict[str, Any], resume: bool) -> dict[tuple[str, Any], Any]:

@@ -26,6 +26,7 @@ from ..records import Record, to_rows
 from .outputs import progress, write_figure, write_json, write_text
 from .registry import Figures
 from .report import Table
+from .training import resolve_sizes
 
 CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "pre"),
            "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "post")}
@@ -136,18 +137,12 @@ def measure_all(depth: int, width: int, seq: int, seeds: list[int], show_progres
     return summary, records, curves
 
 
-def run(out_dir: str | Path, depth: int = FULL["depth"], width: int = FULL["width"], seq: int = FULL["seq"],
-        seeds: Iterable[int] = range(FULL["seeds"]), quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
-    """`measure_all` → `table` + `plot`; write results.json, forward/backward PNGs and section.md.
-
-    ``quick``: the `QUICK` sizes (a smoke run). Returns {"meta", "summary"}.
-    """
-    if quick:
-        depth, width, seq, seeds = QUICK["depth"], QUICK["width"], QUICK["seq"], range(QUICK["seeds"])
-    seeds, out, start = list(seeds), Path(out_dir), time.time()
-    summary, records, curves = measure_all(depth, width, seq, seeds, show_progress)
-    meta = {"depth": depth, "width": width, "seq": seq, "seeds": len(seeds), "batch": BATCH, "vocab": VOCAB,
-            "arch": "decoder", "wall_s": round(time.time() - start, 1)}
+def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
+    """`measure_all` at the `FULL` sizes (``quick``: `QUICK`) with ``sizes`` laid over them → `table` + `plot`;
+    writes results.json, the two PNGs and section.md into ``out_dir``; returns {"meta", "summary"}."""
+    s, out, start = resolve_sizes(QUICK if quick else FULL, sizes), Path(out_dir), time.time()
+    summary, records, curves = measure_all(s["depth"], s["width"], s["seq"], list(range(s["seeds"])), show_progress)
+    meta = {**s, "batch": BATCH, "vocab": VOCAB, "arch": "decoder", "wall_s": round(time.time() - start, 1)}
     for key, fig in plot(curves, meta).items():
         write_figure(out / f"dslm_moments_{key}.png", fig)
     write_json(out / "results.json", {"meta": meta, "summary": summary, "records": records})
@@ -155,5 +150,4 @@ def run(out_dir: str | Path, depth: int = FULL["depth"], width: int = FULL["widt
     return {"meta": meta, "summary": summary}
 
 
-FIGURES = Figures("dslm-moments", FULL, QUICK, lambda out, s, show: run(
-    out, s["depth"], s["width"], s["seq"], range(s["seeds"]), show_progress=show))
+FIGURES = Figures("dslm-moments", FULL, QUICK, lambda out, s, show: run(out, show_progress=show, **s))
