@@ -346,35 +346,27 @@ def plot_fig5(data: dict[str, Any], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def _writer(name: str, heading: str, compute: Any, table: Any, plot: Any) -> Any:
-    """The runner of one figure: ``NAME(out_dir, quick=False, show_progress=True, **sizes)`` runs ``compute``
-    (with ``wall_s`` added to its summary), then writes ``table`` under ``heading`` and ``plot`` as
-    NAME.{json,md,png} (`write_outputs`); returns the summary."""
+def _figure(name: str, sizes: dict[str, dict[str, Any]], heading: str, compute: Any, table: Any, plot: Any
+            ) -> tuple[Any, Figures]:
+    """One figure's runner and its registry entry. The runner, ``NAME(out_dir, quick=False, show_progress=True,
+    **sizes)``, runs ``compute`` (``wall_s`` added to its summary), then writes ``table`` under ``heading`` and
+    ``plot`` as NAME.{json,md,png} (`write_outputs`); returns the summary."""
     def write(out_dir: str | Path, quick: bool = False, show_progress: bool = True, **sizes: Any) -> dict[str, Any]:
         start = time.time()
         data, summary = compute(quick, show_progress, **sizes)
         summary["wall_s"] = round(time.time() - start, 2)
         return write_outputs(out_dir, name, data, summary, section(heading, table(summary)), plot(data, summary))
     write.__name__ = write.__qualname__ = name
-    return write
+    return write, Figures(name, sizes["full"], sizes["quick"], lambda out, s, show: write(out, show_progress=show, **s))
 
 
-fig1 = _writer("fig1", "Fig. 1 — correlation over depth", compute_fig1, table_fig1, plot_fig1)
-fig2 = _writer("fig2", "Fig. 2 — per-layer gradient norm", compute_fig2, table_fig2, plot_fig2)
-fig4 = _writer("fig4", "Fig. 4 — ablations of shaped attention", compute_fig4, table_fig4, plot_fig4)
-fig5 = _writer("fig5", "Fig. 5 — blow-up: SDE vs networks", compute_fig5, table_fig5, plot_fig5)
+fig1, FIG1 = _figure("fig1", FIG1_SIZES, "Fig. 1 — correlation over depth", compute_fig1, table_fig1, plot_fig1)
+fig2, FIG2 = _figure("fig2", FIG2_SIZES, "Fig. 2 — per-layer gradient norm", compute_fig2, table_fig2, plot_fig2)
+fig4, FIG4 = _figure("fig4", FIG4_SIZES, "Fig. 4 — ablations of shaped attention", compute_fig4, table_fig4, plot_fig4)
+fig5, FIG5 = _figure("fig5", FIG5_SIZES, "Fig. 5 — blow-up: SDE vs networks", compute_fig5, table_fig5, plot_fig5)
 
 
 def run(out_dir: str | Path, quick: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """All four figures into out_dir/fig{1,2,4,5}; returns {name: summary}."""
-    out = Path(out_dir)
-    return {name: f(out / name, quick=quick, show_progress=show_progress)
-            for name, f in (("fig1", fig1), ("fig2", fig2), ("fig4", fig4), ("fig5", fig5))}
-
-
-def _figures(name: str, sizes: dict[str, dict[str, Any]], f: Any) -> Figures:
-    return Figures(name, sizes["full"], sizes["quick"], lambda out, s, show: f(out, show_progress=show, **s))
-
-
-FIG1, FIG2 = _figures("fig1", FIG1_SIZES, fig1), _figures("fig2", FIG2_SIZES, fig2)
-FIG4, FIG5 = _figures("fig4", FIG4_SIZES, fig4), _figures("fig5", FIG5_SIZES, fig5)
+    return {f.__name__: f(Path(out_dir) / f.__name__, quick=quick, show_progress=show_progress)
+            for f in (fig1, fig2, fig4, fig5)}
