@@ -26,9 +26,11 @@ initial and best validation loss and accuracy, and ``logged`` (the claim's ``log
 
 A claim states only what is particular to it, in one module beside its rule in `verdicts`: its sizes (``full``,
 completed by `SIZES`; ``quick``, overrides laid over ``full`` and `QUICK`), ``models(sizes)``, ``rule(summary)``,
-the setup as a template, its table as `Column`s and its figure as `Panel`s (the common ones here: `MODEL`,
-`LR`, `FINAL`, `UNIGRAM`; `lr_panel`, `val_panel`), or a function for a special table or figure; plus its line in
-`sigprop.experiments.registry`.
+the setup as a template, its table as `Column`s and its figure as `Panel`s, or a function for a special table or
+figure; plus its line in `sigprop.experiments.registry`. The common pieces live here: columns `MODEL`, `LR`,
+`FINAL`, `UNIGRAM` and cells (`seeds_cell`, `stat_cell`, `group_cell`); panels `lr_panel`, `val_panel`,
+`blocks_panel`; logs `grad_stats`, `explain_log`; `bracket` (an untuned group's ``extend``); and the summary's
+readers for rules (`tuned`, `scored`, `by_group`, `sweep_summary`).
 """
 from __future__ import annotations
 
