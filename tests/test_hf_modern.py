@@ -18,7 +18,7 @@ from helpers import NO_SPECIAL, logits
 from sigprop import grow
 from sigprop.diagnostics import measure
 from sigprop.hf.apply import family_of
-from sigprop.hf.base import recorded_std
+from sigprop.models.adapter import recorded_std
 from sigprop.schemes import ParamInfo, get_scheme
 from sigprop.theory.moments import Attention, Moments
 from sigprop.theory.moments.rope import RopeAttention

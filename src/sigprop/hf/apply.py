@@ -38,11 +38,12 @@ import torch
 from torch import nn
 
 from ..models import ModelConfig
+from ..models.adapter import record_std
 from ..nn import Residual, TokenEmbedding, make_activation
 from ..nn.roles import role_of
 from ..schemes import ParamInfo, Site, dslm, get_scheme
 from ..theory.gated import gate_moment, gated_kernel
-from .base import Family, Piece, ResidualSite, record_std
+from .base import Family, Piece, ResidualSite
 from .bert import Bert
 from .gemma3 import Gemma3
 from .gpt2 import GPT2

@@ -15,7 +15,6 @@ from abc import abstractmethod
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-import torch
 from torch import nn
 
 from ..console.errors import UserError
@@ -23,7 +22,6 @@ from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
 from ..nn.maps import zero_bias
 from ..nn.modes import in_mode
 from ..nn.residual import Residual
-from ..nn.roles import init_std_of, set_init_std
 from ..records import Record
 from ..theory.moments.linear import Linear
 from ..theory.moments.state import Component
@@ -61,29 +59,6 @@ def head_pieces(model: nn.Module) -> Iterator[Piece]:
         else:
             yield from (Piece(p, "bias", None, tuple(p.shape)) for n, p in module.named_parameters(recurse=False)
                         if n == "bias" and p.ndim == 1)
-
-
-def _slice_key(view: torch.Tensor) -> tuple:
-    return view.storage_offset(), tuple(view.shape), tuple(view.stride())
-
-
-def record_std(piece: Piece, std: float) -> None:
-    """Record the std ``piece`` was drawn with: on its parameter (`sigprop.nn.roles.set_init_std`), or for a slice
-    of a fused parameter (GPT-2's ``c_attn``) under the slice's offset, shape and strides."""
-    if piece.tensor._base is None:
-        set_init_std(piece.tensor, std)
-        return
-    param = piece.tensor._base
-    stds = getattr(param, "_sigprop_slice_stds", {})
-    stds[_slice_key(piece.tensor)] = float(std)
-    param._sigprop_slice_stds = stds
-
-
-def recorded_std(tensor: torch.Tensor) -> float | None:
-    """The std `record_std` recorded for ``tensor`` (a parameter, or the same slice of a fused one), else None."""
-    if tensor._base is None:
-        return init_std_of(tensor)
-    return getattr(tensor._base, "_sigprop_slice_stds", {}).get(_slice_key(tensor))
 
 
 GELU_LIKE = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")

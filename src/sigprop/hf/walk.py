@@ -4,7 +4,7 @@ As `sigprop.models.predict` does for sigprop models, every HF module the forward
 `sigprop.theory.moments` component, read off the module: widths, heads, causal mask, logit scale, dropout
 rates (in the model's train/eval mode), the residual weights `sigprop.hf.apply` registered (α = β = 1
 without them), and each weight's init variance. That variance is the std `apply` drew the weight with
-(`sigprop.hf.base.record_std`); on a model `apply` never touched, the std HF's own init draws it with, from
+(`sigprop.models.adapter.record_std`); on a model `apply` never touched, the std HF's own init draws it with, from
 the config (`Family.hf_init_std`, the rule of the family's ``_init_weights``): a model straight from its
 config, not a trained or loaded one. Biases must be zero and norm gains one (as both inits leave them).
 
@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.adapter import recorded_std
 from ..models.predict import to_records, trace
 from ..nn.block import SiteMaps, sites_chain
 from ..nn.maps import _unit_affine, attention_logit_factor, component_of, scalar, zero_bias
@@ -43,7 +44,6 @@ from ..theory.moments.norm import LayerNorm, RMSNorm
 from ..theory.moments.pointwise import GeLU, Smooth
 from ..theory.moments.state import Component, Mixing, Moments, replace
 from .apply import family_of
-from .base import recorded_std
 
 # HF activation classes (transformers.activations) → their maps; GELUActivation is the exact-erf GeLU
 ACTIVATIONS = {"GELUActivation": GeLU, "NewGELUActivation": lambda: Smooth("gelu_tanh"),

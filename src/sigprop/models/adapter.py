@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..nn.residual import Residual
+from ..nn.roles import init_std_of, set_init_std
 from ..records import Record
 from ..theory.moments.state import Component
 from .config import ModelConfig
@@ -55,6 +56,34 @@ class Piece:
     def param(self) -> torch.Tensor:
         """The parameter this piece lives in."""
         return self.tensor if self.tensor._base is None else self.tensor._base
+
+    @property
+    def std(self) -> float | None:
+        """The std this piece's weights were drawn with (`record_std`); None where none was recorded."""
+        return recorded_std(self.tensor)
+
+
+def _slice_key(view: torch.Tensor) -> tuple:
+    return view.storage_offset(), tuple(view.shape), tuple(view.stride())
+
+
+def record_std(piece: Piece, std: float) -> None:
+    """Record the std ``piece`` was drawn with: on its parameter (`sigprop.nn.roles.set_init_std`), or for a slice
+    of a fused parameter (GPT-2's ``c_attn``) under the slice's offset, shape and strides."""
+    if piece.tensor._base is None:
+        set_init_std(piece.tensor, std)
+        return
+    param = piece.tensor._base
+    stds = getattr(param, "_sigprop_slice_stds", {})
+    stds[_slice_key(piece.tensor)] = float(std)
+    param._sigprop_slice_stds = stds
+
+
+def recorded_std(tensor: torch.Tensor) -> float | None:
+    """The std `record_std` recorded for ``tensor`` (a parameter, or the same slice of a fused one), else None."""
+    if tensor._base is None:
+        return init_std_of(tensor)
+    return getattr(tensor._base, "_sigprop_slice_stds", {}).get(_slice_key(tensor))
 
 
 @dataclass(frozen=True)
