@@ -17,7 +17,7 @@ from sigprop.experiments import (
     registry,
     shaped_vs_preln,
 )
-from sigprop.experiments.claim import summarize
+from sigprop.experiments.claim import markdown, summarize
 
 TUNING = 100
 
@@ -40,6 +40,7 @@ def run(module, sizes, points):
     models = claim.models(s)
     summary = summarize(claim, s, models, points, {m.key: [] for m in models})
     assert claim.rule(summary) == (summary["verdict"], summary["verdict_reason"])
+    assert markdown(claim, summary).startswith(f"## {claim.name} — ")        # its setup template, table, notes
     return summary
 
 
