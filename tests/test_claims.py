@@ -1,5 +1,6 @@
-"""Every training claim's rule through the harness: synthetic per-point records → `summarize` → verdict, one
-test per branch (reproduced, partly, not reproduced, inconclusive)."""
+"""Every training claim's rule through the harness: synthetic per-point records → `summarize` → verdict (and its
+Markdown), one test per branch (reproduced, partly, not reproduced, inconclusive); each claim's size and reach (its
+module and its rule); the committed summaries judged again from their own numbers."""
 import ast
 import json
 import math
