@@ -17,6 +17,7 @@ VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; 
 
 
 class Setting(NamedTuple):
+    """One setting of a pair: its task and the training both shapes share."""
     arch: str                            # decoder | encoder | encdec | vit
     norm_placement: str                  # DSLM LayerNorm placement: pre | post
     lrs: tuple[float, ...]               # lr grid each shape is tuned on
@@ -72,8 +73,7 @@ def pairs(summary: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """Per setting: the loss gap Δ, its s.e. and the win flag (`verdicts.deep_thin_gap`), the parameter ratios,
-    the unigram level over shallow-wide's scored splits (None for images)."""
+    """Per setting: Δ, its s.e., the win (`verdicts.deep_thin_gap`), parameter ratios, shallow-wide's unigram level."""
     out = {}
     for name, pair in pairs(summary).items():
         deep, wide = (summary["models"][f"{name}/{k}"] for k in SHAPES)

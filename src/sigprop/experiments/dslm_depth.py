@@ -88,6 +88,7 @@ def derive(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _stable(e: Mapping[str, Any], b: Any, summary: Mapping[str, Any]) -> str:
+    """The cell of a model's largest stable lr ("–": not tuned)."""
     r = summary["results"][e["key"]]
     return ("–" if "largest_stable_lr" not in r else "none" if r["largest_stable_lr"] is None else
             f"{r['largest_stable_lr']:g}" + (" (grid top)" if r["largest_stable_at_top"] else ""))

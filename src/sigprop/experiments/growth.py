@@ -22,6 +22,7 @@ QUICK = {"small_depth": 1, "depth": 2, "width": 16, "heads": 2, "seq": 16, "batc
 
 
 def flops_per_token(s: Mapping[str, Any], depth: int) -> float:
+    """Training FLOPs per token of one step of the decoder of ``depth`` blocks at sizes ``s``."""
     return train_flops_per_token(meta_model(run_config(s, depth, 1)["model"]), s["seq"])
 
 
@@ -108,8 +109,7 @@ CLAIM = Claim(
            "{m[grown][attrs][flops_after]:.3g} FLOPs per token before and after the growth). AdamW, 10 % warmup then "
            "cosine decay over each run, grad clip 1; each model at its own lr from {s[lrs]} on tuning seed {t} (not "
            "scored); scored seeds {s[seeds]}."),
-    table=[MODEL, LR, ("steps", lambda e, b, s: e["attrs"]["steps"]),
-           ("grown at", lambda e, b, s: e["attrs"]["grow_at"] or "–"),
+    table=[MODEL, LR, ("steps (grown at)", lambda e, b, s: f"{e['attrs']['steps']} ({e['attrs']['grow_at'] or '–'})"),
            ("compute / scratch's", lambda e, b, s: f"{_total(e) / s['results'].get('scratch_compute', 1):.3f}"),
            FINAL, UNIGRAM],
     notes=lambda s: ("Compute at which the grown run first reaches scratch's final loss on the same seed, as a "

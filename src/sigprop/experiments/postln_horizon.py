@@ -47,10 +47,12 @@ def log(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _entry(e: Mapping[str, Any]) -> dict[str, Any]:
+    """A model entry as `verdicts.postln_horizon` reads it: `tuned`, with ``improving`` per scored seed."""
     return {**tuned(e), "improving": e["scored"][0]["logged"]["improving"] if e["scored"] else []}
 
 
 def rule(summary: Mapping[str, Any]) -> tuple[str, str]:
+    """`verdicts.postln_horizon` on the four models (Admin as the further Post-LN model, DSLM Pre-LN the reference)."""
     m, s = {k: _entry(e) for k, e in summary["models"].items()}, summary["sizes"]
     return verdicts.postln_horizon(m["dslm-postln"], m["standard-postln"], {"Admin Post-LN": m["admin-profile"]},
                                    m["dslm-preln"], s["steps"], s["warmup"])
