@@ -21,8 +21,9 @@ of the branch sees, and with Post-LN v is normalized after every add):
 
 with a norm on the branch output ("out", "sandwich") adding the branch normalized per token (w_s = 1) whatever c_s.
 A stack of one (λ, β), λ² + β² = 1, and c_s = None everywhere is the uniform recursion: `gram_sites` then draws the
-same Monte Carlo samples as `sigprop.theory.dslm.gram_correlations` evaluated at every block and returns the same
-(r_l, G_l); `mean_sites` returns `sigprop.theory.dslm.block_correlations`' up to rounding.
+same Monte Carlo samples as `sigprop.theory.dslm.gram_correlations` evaluated at every block, `mean_sites` takes the
+steps of `sigprop.theory.dslm.block_correlations`, and both return their (r_l, G_l) to rounding (rel. 1e-10,
+`tests/test_grow_dslm.py`).
 """
 from __future__ import annotations
 
