@@ -56,9 +56,9 @@ from ..console import progress as progress_bar
 from ..console.files import write_atomic
 from ..console.stopping import stopped_by
 from ..console.workers import WorkerPool
+from .checkpoint import list_checkpoints
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
-from .checkpoint import list_checkpoints
 from .run_dir import clear
 from .run_summary import CURVES, read_run
 from .sweep_report import LR, check_size, group_label
