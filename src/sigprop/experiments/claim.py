@@ -115,6 +115,7 @@ class Claim:
     choices: Mapping[str, Collection[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Complete ``full`` with `SIZES` and lay ``quick`` over it and `QUICK`."""
         full = {**SIZES, **self.full}
         object.__setattr__(self, "full", full)
         object.__setattr__(self, "quick", {**full, **QUICK, **self.quick})
@@ -194,6 +195,7 @@ def run_points(claim: Claim, sizes: Mapping[str, Any], out: Path, show_progress:
 
 
 def _scored_block(lr: float, pts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One ``scored`` block of the summary (schema above) from the scored points of one model at ``lr``."""
     logged = {k: [p["logged"][k] for p in pts] for k in (pts[0]["logged"] if pts else {})}
     return {"lr": lr, "seeds": [p["seed"] for p in pts], "final_loss": [p["final_val_loss"] for p in pts],
             "unigram": [p["unigram"] for p in pts], **{k: seed_stats(p[k] for p in pts) for k in STATS},
