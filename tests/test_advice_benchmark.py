@@ -1,9 +1,9 @@
-"""The lr benchmark's scoring (`sigprop.experiments.lr_benchmark`) on configs written by hand."""
+"""The lr benchmark's scoring (`sigprop.advice.benchmark`) on configs written by hand."""
 import math
 
 import pytest
 
-from sigprop.experiments.lr_benchmark import Config, balanced_accuracy, fixed, least_regret, score, summary
+from sigprop.advice.benchmark import Config, balanced_accuracy, fixed, least_regret, score, summary
 
 GRID = (1e-3, 1e-2, 1e-1)
 
@@ -55,7 +55,7 @@ def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):
 
 
 def test_a_chooser_that_fails_on_a_config_gives_no_answer_there_and_is_retried(tmp_path, capsys):
-    from sigprop.experiments.lr_benchmark import NO_ANSWER, _cached
+    from sigprop.advice.benchmark import NO_ANSWER, _cached
 
     calls = []
 

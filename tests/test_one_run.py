@@ -1,9 +1,9 @@
-"""`experiments.training.train_run`: a run as an experiment records it."""
+"""`sigprop.train.one_run.train_run`: a run as an experiment records it."""
 import math
 
 import pytest
 
-from sigprop.experiments.training import train_run
+from sigprop.train.one_run import train_run
 
 TINY = {"arch": "decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "vocab_size": 300, "max_seq_len": 16}
 DATA = {"seq_len": 16, "max_chars": 20000}
@@ -25,7 +25,7 @@ def test_train_run_divergence_is_a_result(tmp_path):
 
 
 def test_train_run_interrupted_is_not_a_result(tmp_path, monkeypatch):
-    from sigprop.experiments import training
+    from sigprop.train import one_run, run
     from sigprop.train.callbacks import Callback
 
     class StopAtTwo(Callback):
@@ -33,10 +33,10 @@ def test_train_run_interrupted_is_not_a_result(tmp_path, monkeypatch):
             if trainer.state.step == 2:
                 trainer.request_stop("SIGINT")
 
-    real_train = training.train
-    monkeypatch.setattr(training, "train", lambda cfg: real_train(cfg, callbacks=[StopAtTwo()]))
+    real_train = run.train
+    monkeypatch.setattr(run, "train", lambda cfg: real_train(cfg, callbacks=[StopAtTwo()]))
     with pytest.raises(KeyboardInterrupt, match="interrupted .SIGINT. at step 2"):
-        training.train_run(tmp_path / "r", TINY, data=DATA, train_cfg={"steps": 5, "batch_size": 2})
+        one_run.train_run(tmp_path / "r", TINY, data=DATA, train_cfg={"steps": 5, "batch_size": 2})
     assert list((tmp_path / "r" / "checkpoints").iterdir())
 
 

@@ -35,15 +35,15 @@ from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
-from ..advice import advise
-from ..console import UserError
-from ..train.config import RunConfig, from_mapping
-from ..train.sweep import worker_pool
-from ..train.sweep_report import log_ticks
-from . import dslm_moments, shaped_figs
-from .outputs import plt, write_figure, write_json, write_outputs
-from .report import Figure, Section, Table, write_html
-from .training import train_run
+from .advice import advise
+from .console import UserError
+from .experiments import dslm_moments, shaped_figs
+from .experiments.outputs import plt, write_figure, write_json, write_outputs
+from .experiments.report import Figure, Section, Table, write_html
+from .train.config import RunConfig, from_mapping
+from .train.one_run import train_run
+from .train.sweep import worker_pool
+from .train.sweep_report import log_ticks
 
 # the training comparison: one size, four schemes (label -> ModelConfig overrides)
 TRAIN_MODELS = {
@@ -139,7 +139,7 @@ def _write_advice(out_dir: str | Path, advice: dict[str, Any], sweep: list[dict[
     """``out_dir/advice.json``: {label: `advise_lr` numbers}, the `SWEPT` grid's losses and the command that
     reproduces the advice."""
     out = Path(out_dir)
-    doc = {"command": f"python -c \"from sigprop.experiments import demo; print(demo.advise_lr('{out}', LABEL, "
+    doc = {"command": f"python -c \"from sigprop import demo; print(demo.advise_lr('{out}', LABEL, "
                       f"demo.{'QUICK' if quick else 'FULL'}))\"",
            "advice": advice, "sweep": {"model": SWEPT, "points": sweep}}
     write_json(out / "advice.json", doc)

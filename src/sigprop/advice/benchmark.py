@@ -2,7 +2,7 @@
 choose a learning rate scored on it, leave-one-family-out.
 
     sigprop sweep --config configs/advise_bench/FAMILY.toml --resume        # the data, one sweep per family
-    python -m sigprop.experiments.lr_benchmark --runs runs/advise-bench     # the table (choosers cached per config)
+    python -m sigprop.advice.benchmark --runs runs/advise-bench     # the table (choosers cached per config)
 
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
@@ -162,7 +162,7 @@ def _cfg(c: Config, out: Path) -> RunConfig:
 
 def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     """The LR range test's min-loss / 10 pick (cost: its ramp run, the config's steps)."""
-    from ..advice.range_test import run_range_test
+    from .range_test import run_range_test
 
     def compute(c: Config) -> dict[str, Any]:
         t = run_range_test(_cfg(c, cache / "tmp"))
@@ -179,7 +179,7 @@ def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 
 def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     """`advise`'s recommended lr (cost: its wall seconds over one training run's), with its outcome per grid lr."""
-    from ..advice import advise
+    from .advise import advise
 
     def compute(c: Config) -> dict[str, Any]:
         try:
@@ -201,7 +201,7 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     """One run with Prodigy (``optim.optimizer="prodigy"``, lr 1 under the config's warmup and decay, its betas
     and weight decay): its own final loss (cost 0: it is the training run). It keeps one step size for every
     parameter group, so a μP config's per-role lr rules keep only their ratios (marked)."""
-    from .training import train_run
+    from ..train.one_run import train_run
 
     def compute(c: Config) -> dict[str, Any]:
         t = c.run
@@ -222,7 +222,7 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
 def proxy_chooser(cache: Path, basis: str | None) -> Callable[[Config, Sequence[Config]], Choice]:
     """`sigprop.advice.proxy.advise_by_proxy` at budget `PROXY_BUDGET` with the ``basis`` lr scale (the proxy runs
     are shared by every basis; cost: the proxy runs), with its outcome per grid lr."""
-    from ..advice.proxy import advise_by_proxy
+    from .proxy import advise_by_proxy
 
     def compute(c: Config) -> dict[str, Any]:
         a = advise_by_proxy(_cfg(c, cache / "tmp"), PROXY_BUDGET, lrs=list(c.lrs), out=cache / "proxy-runs",
@@ -242,7 +242,7 @@ def proxy_chooser(cache: Path, basis: str | None) -> Callable[[Config, Sequence[
 def pair_proxy_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     """`sigprop.advice.proxy.pick_by_proxy` between the ``pair`` chooser's two lrs (fitted on the other families)
     within `PROXY_BUDGET` (cost: the two proxy runs)."""
-    from ..advice.proxy import pick_by_proxy
+    from .proxy import pick_by_proxy
     pair = fixed(2)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
@@ -315,7 +315,7 @@ def table(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m sigprop.experiments.lr_benchmark", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m sigprop.advice.benchmark", description=__doc__.split("\n")[0])
     p.add_argument("--runs", default="runs/advise-bench", help="the family sweeps' parent folder")
     p.add_argument("--choosers", nargs="+", default=["fixed", "pair", "fixed-hindsight", "pair-hindsight"])
     p.add_argument("--families", nargs="+", default=None)
