@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from sigprop.advice.benchmark import Config, balanced_accuracy, fixed, least_regret, score, summary
+from sigprop.advice.benchmark import (Config, balanced_accuracy, by_family, fixed, least_regret, overall, score,
+                                     summary)
 
 GRID = (1e-3, 1e-2, 1e-1)
 
@@ -40,6 +41,17 @@ def test_balanced_accuracy_weights_each_achieved_outcome_equally():
     achieved = ["trains"] * 8 + ["stalls", "diverges"]
     assert balanced_accuracy(["trains"] * 10, achieved) == pytest.approx(1 / 3)
     assert balanced_accuracy(achieved, achieved) == 1.0
+
+
+def test_the_tables_read_each_choosers_rows():
+    configs = [cfg("a", (4.0, 3.0, 5.0)), cfg("a", (4.0, 3.1, 5.0)), cfg("b", (3.0, 4.0, 5.0))]
+    said = lambda c, every: {"lrs": (1e-2,), "cost": 0.5, "said": ["stalls", "trains", "diverges"]}
+    results = {"fixed": score(configs, fixed(1)), "said": score(configs, said)}
+    rows = overall(results).splitlines()
+    assert rows[2] == "| fixed | 1.000 | 0.967 | 0% | 0 | – |"
+    assert rows[3].startswith("| said | 0.000 | 0.333 | 67% | 0.5 | ")       # stalls at 1e-3 in a: not said right
+    assert by_family(configs, results).splitlines()[0] == "| chooser | a (2) | b (1) |"
+    assert by_family(configs, results).splitlines()[3] == "| said | 0.000 (100%) | 1.000 (0%) |"
 
 
 def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):

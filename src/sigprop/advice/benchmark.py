@@ -299,18 +299,35 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
             "near": sum(x <= NEAR for x in r) / len(r), "cost": statistics.median(x["cost"] for x in rows)}
 
 
-def table(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -> str:
-    """Markdown: per family and over all configs, each chooser's median / mean regret, share ≤ `NEAR`, cost."""
-    families = sorted({c.family for c in configs}) + ["all"]
-    head = "| family | n | " + " | ".join(f"{n}: median / mean / ≤ {NEAR} / cost" for n in results) + " |"
-    lines = [head, "|" + "---|" * (2 + len(results))]
-    for f in families:
-        cells = []
-        for rows in results.values():
-            s = summary([x for x in rows if f == "all" or x["family"] == f])
-            cells.append(f"{s['median']:.3f} / {s['mean']:.3f} / {s['near']:.0%} / {s['cost']:.2g}")
-        n = sum(f == "all" or c.family == f for c in configs)
-        lines.append(f"| {f} | {n} | " + " | ".join(cells) + " |")
+def outcome_accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Balanced accuracy of a chooser's predicted outcomes over every (config, grid lr) it judged; None if none."""
+    judged = [r for r in rows if r["said"]]
+    if not judged:
+        return None
+    return balanced_accuracy(sum((r["said"] for r in judged), []), sum((r["achieved"] for r in judged), []))
+
+
+def overall(results: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown, one row per chooser over every config: median and mean regret, share ≤ `NEAR`, median cost,
+    outcome balanced accuracy (– for a chooser that predicts no outcome)."""
+    lines = [f"| chooser | median regret | mean regret | ≤ {NEAR} | cost (runs) | outcome bal. acc. |",
+             "|---|---|---|---|---|---|"]
+    for name, rows in results.items():
+        s, acc = summary(rows), outcome_accuracy(rows)
+        lines.append(f"| {name} | {s['median']:.3f} | {s['mean']:.3f} | {s['near']:.0%} | {s['cost']:.2g} | "
+                     + ("–" if acc is None else f"{acc:.2f}") + " |")
+    return "\n".join(lines)
+
+
+def by_family(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown, one row per chooser and one column per family (its config count in the header): mean regret and,
+    in brackets, the share ≤ `NEAR`."""
+    families = sorted({c.family for c in configs})
+    head = "| chooser | " + " | ".join(f"{f} ({sum(c.family == f for c in configs)})" for f in families) + " |"
+    lines = [head, "|---|" + "---|" * len(families)]
+    for name, rows in results.items():
+        cells = [summary([x for x in rows if x["family"] == f]) for f in families]
+        lines.append(f"| {name} | " + " | ".join(f"{c['mean']:.3f} ({c['near']:.0%})" for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -327,13 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not configs:
         raise SystemExit(f"no finished config under {runs}")
     results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
-    print(table(configs, results))
-    for name, rows in results.items():
-        judged = [r for r in rows if r["said"]]
-        if judged:
-            said, achieved = sum((r["said"] for r in judged), []), sum((r["achieved"] for r in judged), [])
-            print(f"{name}: outcome balanced accuracy {balanced_accuracy(said, achieved):.2f} over {len(said)} runs "
-                  f"({len(rows) - len(judged)} configs without an answer)")
+    print(overall(results), by_family(configs, results), sep="\n\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"configs": [c.__dict__ for c in configs], "results": results},
                                               indent=1))
