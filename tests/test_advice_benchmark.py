@@ -3,8 +3,7 @@ import math
 
 import pytest
 
-from sigprop.advice.benchmark import (Config, balanced_accuracy, by_family, fixed, least_regret, overall, score,
-                                     summary)
+from sigprop.advice.benchmark import Config, balanced_accuracy, by_family, fixed, least_regret, overall, score, summary
 
 GRID = (1e-3, 1e-2, 1e-1)
 
@@ -52,6 +51,9 @@ def test_the_tables_read_each_choosers_rows():
     assert rows[3].startswith("| said | 0.000 | 0.333 | 67% | 0.5 | ")       # stalls at 1e-3 in a: not said right
     assert by_family(configs, results).splitlines()[0] == "| chooser | a (2) | b (1) |"
     assert by_family(configs, results).splitlines()[3] == "| said | 0.000 (100%) | 1.000 (0%) |"
+    noted = lambda c, every: {"lrs": (1e-2,), "cost": 0.0, "note": "one step size" if c.family == "b" else ""}
+    table = by_family(configs, {"noted": score(configs, noted)}).splitlines()
+    assert table[2] == "| noted | 0.000 (100%) | 1.000 (0%) † |" and table[-1] == "† noted: one step size"
 
 
 def test_a_classifiers_stall_level_is_its_class_prior(tmp_path):

@@ -18,7 +18,8 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``pair`` — the two grid lrs whose better run has the least mean regret there (cost 1: a second run); each also
 ``…-hindsight``, chosen over every config, the scored family's included; ``range-test`` — the LR range test
 (`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
-``prodigy`` — one run with Prodigy at lr 1 (cost 0; μP configs marked: it keeps one step size for every group);
+``prodigy`` — one run with Prodigy at lr 1 (cost 0; it keeps one step size for every group, so a config whose scheme
+sets per-role lrs, μP's or CompleteP's, is marked);
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
 (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
@@ -197,6 +198,17 @@ def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
+def per_role_lrs(c: Config) -> bool:
+    """Whether the config's scheme and parametrization give its parameter groups more than one lr multiplier (μP's
+    hidden and output rules, CompleteP's depth rules), which Prodigy's one step size cannot follow."""
+    from ..models.build import build_model
+    from ..train.optim import param_groups, param_rules
+
+    cfg = _cfg(c, Path(c.run["train"]["out_dir"]))
+    groups = param_groups(param_rules(build_model(cfg.model, "meta"), cfg.model), cfg.optim)
+    return len({g["lr_mult"] for g in groups}) > 1
+
+
 def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     """One run with Prodigy (``optim.optimizer="prodigy"``, lr 1 under the config's warmup and decay, its betas
     and weight decay): its own final loss (cost 0: it is the training run). It keeps one step size for every
@@ -214,8 +226,8 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
         r = cached(c, every)
         if r is None:
             return NO_ANSWER
-        mup = c.run["model"].get("parametrization") == "mup"
-        return {"lrs": (), "cost": 0.0, "loss": r["loss"], "note": "μP: one step size" if mup else ""}
+        return {"lrs": (), "cost": 0.0, "loss": r["loss"],
+                "note": "one step size where the scheme sets per-role lrs" if per_role_lrs(c) else ""}
     return choose
 
 
@@ -321,14 +333,20 @@ def overall(results: dict[str, list[dict[str, Any]]]) -> str:
 
 def by_family(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -> str:
     """Markdown, one row per chooser and one column per family (its config count in the header): mean regret and,
-    in brackets, the share ≤ `NEAR`."""
+    in brackets, the share ≤ `NEAR`; a cell whose rows carry a note (Prodigy on μP: one step size) is marked †
+    and the notes are listed below the table."""
     families = sorted({c.family for c in configs})
     head = "| chooser | " + " | ".join(f"{f} ({sum(c.family == f for c in configs)})" for f in families) + " |"
-    lines = [head, "|---|" + "---|" * len(families)]
+    lines, notes = [head, "|---|" + "---|" * len(families)], set()
     for name, rows in results.items():
-        cells = [summary([x for x in rows if x["family"] == f]) for f in families]
-        lines.append(f"| {name} | " + " | ".join(f"{c['mean']:.3f} ({c['near']:.0%})" for c in cells) + " |")
-    return "\n".join(lines)
+        cells = []
+        for f in families:
+            here = [x for x in rows if x["family"] == f]
+            s, marked = summary(here), {x["note"] for x in here if x["note"]}
+            notes |= {f"{name}: {n}" for n in marked}
+            cells.append(f"{s['mean']:.3f} ({s['near']:.0%})" + " †" * bool(marked))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + [f"\n† {n}" for n in sorted(notes)])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
