@@ -334,7 +334,7 @@ def overall(results: dict[str, list[dict[str, Any]]]) -> str:
 def by_family(configs: Sequence[Config], results: dict[str, list[dict[str, Any]]]) -> str:
     """Markdown, one row per chooser and one column per family (its config count in the header): mean regret and,
     in brackets, the share ≤ `NEAR`; a cell whose rows carry a note (Prodigy on μP: one step size) is marked †
-    and the notes are listed below the table."""
+    and each such note is listed below the table."""
     families = sorted({c.family for c in configs})
     head = "| chooser | " + " | ".join(f"{f} ({sum(c.family == f for c in configs)})" for f in families) + " |"
     lines, notes = [head, "|---|" + "---|" * len(families)], set()
