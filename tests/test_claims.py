@@ -19,6 +19,7 @@ from sigprop.experiments import (
     shaped_vs_preln,
 )
 from sigprop.experiments.claim import markdown, summarize
+from sigprop.models.build import non_embedding_count, param_count
 
 TUNING = 100
 
@@ -235,9 +236,9 @@ def test_deep_thin_pairs_match_parameters():
     """Deep-thin has ≤ and within 10 % of shallow-wide's total parameters, and equal block weights."""
     for setting in deep_thin.SETTINGS.values():
         deep, wide = (deep_thin.model_table(setting, deep_thin.SHAPES[k]) for k in ("deep-thin", "shallow-wide"))
-        ratio = deep_thin.param_count(deep) / deep_thin.param_count(wide)
+        ratio = param_count(deep) / param_count(wide)
         assert 0.9 <= ratio <= 1.0, (setting, ratio)
-        ne = deep_thin.non_embedding_count(deep) / deep_thin.non_embedding_count(wide)
+        ne = non_embedding_count(deep) / non_embedding_count(wide)
         assert abs(ne - 1) < 0.01, (setting, ne)
 
 

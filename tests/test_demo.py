@@ -2,7 +2,7 @@
 the text table and the RESULTS.md builder."""
 import json
 
-from sigprop.experiments import demo
+from sigprop import demo
 from sigprop.experiments.report import Table
 from sigprop.experiments.results import collect, rejudge
 

@@ -5,7 +5,7 @@ those inside functions included (a lazy import is still a dependency). The order
 each package needs:
 
   console → fields, extras, table, records → theory → nn → schemes → models, hf (the family adapters) →
-  diagnostics, simulate → train → the hf facade → advice → experiments → cli, sweep_command, __main__, sigprop
+  diagnostics, simulate → train → the hf facade → advice → experiments → demo → cli, sweep_command, __main__, sigprop
 
 ``theory`` is pure maths; ``schemes`` read modules and maps but never build a model; ``models`` holds the adapter
 interface, sigprop's own models and, with ``hf``'s family files, every model family. The ``sigprop.hf`` package's
@@ -30,6 +30,7 @@ LAYERS = (
     ("hf facade",),
     ("advice",),
     ("experiments",),
+    ("demo",),
     ("cli", "sweep_command", "__main__", "sigprop"),
 )
 FACADE = {"sigprop.hf", "sigprop.hf.diagnose", "sigprop.hf.optim"}

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo into ``args.out``."""
-    from .experiments import demo
+    from . import demo
 
     Path(args.out).mkdir(parents=True, exist_ok=True)     # an unwritable --out fails now, not after the work
     if args.jobs is not None and args.jobs < 1:

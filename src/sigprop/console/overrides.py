@@ -64,3 +64,12 @@ def apply_sets(raw: Mapping[str, Any], items: Sequence[str]) -> dict[str, Any]:
             raise UserError(f"override {item!r} must look like section.key=value, e.g. optim.lr=1e-3")
         set_dotted(out, key, parse_value(text.strip()), f"override {item!r}: key")
     return out
+
+
+def resolve_sizes(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment's sizes: ``base`` (its FULL or QUICK table) with ``overrides`` laid over it; an override
+    that names no key of ``base`` raises UserError listing the valid ones."""
+    unknown = sorted(set(overrides) - set(base))
+    if unknown:
+        raise UserError(f"unknown size(s) {unknown}; valid: {sorted(base)}")
+    return {**base, **overrides}

@@ -43,6 +43,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import numpy as np
 
 from ..console import UserError
+from ..console.overrides import resolve_sizes
+from ..models.build import param_count
 from ..train import sweep_report
 from ..train.levels import TRAIN_MARGIN, unigram_loss
 from ..train.lr_grid import best_lr, next_lr
@@ -50,7 +52,6 @@ from ..train.seed_stats import seed_stats
 from ..train.sweep_report import log_ticks
 from .outputs import WallClock, plt, progress, write_outputs
 from .report import Table
-from .training import param_count, resolve_sizes
 from .tuning import MAX_EXTEND, TUNING_SEED, sweep_runs, tune
 
 RUN_SCALARS = ("lr", "seed", "final_val_loss", "initial_val_loss", "best_val_loss", "final_val_acc", "diverged",

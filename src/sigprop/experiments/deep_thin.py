@@ -1,17 +1,16 @@
-"""DeepScaleLM's deep-thin claim at CPU scale, six settings, each shape of a pair at its own lr: four times deeper and
-half as wide keeps the block weights (∝ L·d²) equal, and deep-thin's half-width tied tables keep its total ≤ and within
-10 % of shallow-wide's (tested). Rule: `sigprop.experiments.verdicts.deep_thin`."""
+"""DeepScaleLM's deep-thin claim at CPU scale: 4× deeper, ½ as wide (equal block weights ∝ L·d², totals within 10 %,
+tested), six settings, each shape at its own lr. Rule: `sigprop.experiments.verdicts.deep_thin`."""
 from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
+from ..models.build import non_embedding_count
 from ..train.schedules import default_warmup
-from ..train.seed_stats import seed_stats
+from ..train.seed_stats import mean_curve, seed_stats
 from . import verdicts
 from .claim import FINAL, LR, Claim, Model, by_group, group_cell, lr_panel, scored, stat_text, tuned
-from .training import mean_curve, non_embedding_count, param_count
 
 VOCAB, SEQ_LEN = 288, 64                 # byte-level BPE needs ≥ 260 tokens; a small table keeps ≤ 10 % apart
 
@@ -117,4 +116,4 @@ CLAIM = Claim(
     plot=[lr_panel, gap_panel])
 
 
-__all__ = ["CLAIM", "SETTINGS", "SHAPES", "model_table", "non_embedding_count", "param_count", "run_config"]
+__all__ = ["CLAIM", "SETTINGS", "SHAPES", "model_table", "run_config"]

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from ..console.overrides import resolve_sizes
 from ..diagnostics import measure
 from ..diagnostics.plot import records_figure
 from ..models import ModelConfig, build_model, predict
@@ -26,7 +27,6 @@ from ..records import Record, to_rows
 from .outputs import progress, write_figure, write_json, write_text
 from .registry import Figures
 from .report import Table
-from .training import resolve_sizes
 
 CONFIGS = {"Pre-LN standard": ("preln", None), "Pre-LN DSLM": ("dslm", "pre"),
            "Post-LN standard": ("postln", None), "Post-LN DSLM": ("dslm", "post")}

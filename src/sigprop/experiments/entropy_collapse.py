@@ -13,10 +13,10 @@ import numpy as np
 
 from ..nn.shaped_attention import DEPRECATED_QK_SCALINGS
 from ..train.lr_grid import best_lr, step_beyond
+from ..train.seed_stats import mean_curve
 from . import verdicts
 from .claim import FINAL, MODEL, Claim, Model, blocks_panel, stat_cell
 from .shaped_vs_preln import DATA, run_config, shaped_model
-from .training import mean_curve
 from .tuning import layer_stats
 
 BASELINE = "preln"

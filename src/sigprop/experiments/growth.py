@@ -8,10 +8,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Mapping, Sequence
 
+from ..models.build import meta_model
 from ..models.flops import train_flops_per_token
 from . import verdicts
 from .claim import FINAL, LR, MODEL, UNIGRAM, Claim, Model, lr_panel, tuned, val_panel
-from .training import meta_model
 
 VOCAB = 512
 FULL = {"small_depth": 4, "depth": 16, "width": 64, "heads": 4, "seq": 32, "batch": 16, "steps": 600,

@@ -69,8 +69,8 @@ def reproduce(name: str, out: str | Path, quick: bool = False, sets: Sequence[st
               show_progress: bool = True) -> dict[str, Any]:
     """Run experiment ``name`` into ``out`` at its full (or ``quick``) sizes with ``sets`` laid over them;
     returns its summary."""
+    from ..console.overrides import resolve_sizes
     from .claim import run_claim
-    from .training import resolve_sizes
 
     e, sizes = entry(name), parse_sets(sets)
     if is_claim(name):

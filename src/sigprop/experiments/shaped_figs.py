@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from scipy import stats
 
+from ..console.overrides import resolve_sizes
 from ..simulate import ensemble
 from ..theory import sde
 from .outputs import progress, section, write_outputs
 from .registry import Figures
 from .report import Table
-from .training import resolve_sizes
 
 RHO0 = 0.2
 GAMMA, TAU0 = 0.3, 1.0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -101,3 +101,27 @@ def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor] | N
     """
     inputs = None if batch is None else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
     get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs, model.stack_chain)
+
+
+def meta_model(model: ModelConfig | Mapping[str, Any]) -> nn.Module:
+    """The model a config (or its ``model`` table) builds, on the meta device: shapes only, no memory, no init."""
+    cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(dict(model))
+    with torch.device("meta"):
+        return ARCHITECTURES[cfg.arch](cfg)
+
+
+def trainable(module: nn.Module) -> int:
+    """Number of trainable parameters of ``module``."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def param_count(model: ModelConfig | Mapping[str, Any]) -> int:
+    """Trainable parameters of the model a config builds."""
+    return trainable(meta_model(model))
+
+
+def non_embedding_count(model: ModelConfig | Mapping[str, Any]) -> int:
+    """Trainable parameters outside the model's ``embed`` module (token/position tables, tied LM head; ViT patch
+    projection, position table, class token)."""
+    net = meta_model(model)
+    return trainable(net) - trainable(net.embed)

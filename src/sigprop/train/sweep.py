@@ -44,7 +44,6 @@ import json
 import math
 import os
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -54,16 +53,15 @@ import torch
 from ..console import UserError, read_toml, set_dotted, split_key
 from ..console import progress as progress_bar
 from ..console.files import write_atomic
-from ..console.stopping import stopped_by
 from ..console.workers import WorkerPool
 from .checkpoint import list_checkpoints
 from .config import RunConfig, from_mapping
 from .corpus import load_documents, split_documents
+from .one_run import run_once
 from .run_dir import clear
-from .run_summary import CURVES, read_run
+from .run_summary import CURVES
 from .sweep_report import LR, check_size, group_label
 from .tokenizer import BPETokenizer
-from .trainer import NonFiniteLossError
 
 SWEEP_KEYS = ("base", "out_dir", "size", "set", "grid", "around_advice")
 CENTRES = "lr_centres.json"
@@ -231,24 +229,14 @@ def run_point(pid: str, point: dict[str, Any], cfg_dict: dict[str, Any], resume:
 
     Raises `sigprop.console.stopping.Stopped` if the run was stopped by a signal (the point is then not
     finished)."""
-    from .run import train  # in the worker: keeps the parent's import light
-
     run_dir = Path(cfg_dict["train"]["out_dir"])
     if resume and list_checkpoints(run_dir / "checkpoints"):
         cfg_dict = {**cfg_dict, "train": {**cfg_dict["train"], "resume": True}}
     else:
         clear(run_dir)
     cfg = from_mapping(RunConfig, cfg_dict)
-    start, error = time.perf_counter(), None
-    try:
-        trainer = train(cfg)
-        if trainer.stop_reason is not None:
-            raise stopped_by(trainer.stop_reason, f"{run_dir}: stopped ({trainer.stop_reason})")
-    except NonFiniteLossError as e:
-        error = str(e)
-    wall = time.perf_counter() - start
-    run = {k: v for k, v in read_run(run_dir, error).items() if k not in CURVES}
-    return {"id": pid, "point": point, "config": cfg.to_dict(), **run, "wall_s": round(wall, 3)}
+    run = {k: v for k, v in run_once(cfg).items() if k not in CURVES}
+    return {"id": pid, "point": point, "config": cfg.to_dict(), **run}
 
 
 def finished_records(path: Path) -> dict[str, dict[str, Any]]:
