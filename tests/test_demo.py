@@ -24,6 +24,7 @@ def test_quick_demo_writes_data_and_prints_the_summary(quick_demo):
     for label, a in advice["advice"].items():
         assert a["lr"] == data["training"][label]["lr"] and a["interval"][0] <= a["lr"] <= a["interval"][1]
         assert a["lr"] <= a["max_stable_lr"] and a["cost_s"] > 0
+        assert a["decided_by"].startswith("rule at init") and a["cost_runs"] == 0    # the smoke run's advice
     swept = advice["advice"][demo.SWEPT]
     assert [p["lr"] for p in advice["sweep"]["points"]] == [p["lr"] for p in swept["predictions"]] == list(
         demo.SWEEP_LRS["quick"])

@@ -8,10 +8,11 @@
 3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model, the GPT-2-style init
    (scheme "gpt2": std 0.02, output projections 0.02/√(2L)) and a DSLM model of the same size, trained for
    the same steps on the embedded corpus (causal LM); validation loss curves. One rule sets every model's lr:
-   `sigprop.advice.advise` on the run's own config, before it trains (a few forward/backward passes at init);
-   each model trains at its recommended lr. Beside it, the Pre-LN model (`SWEPT`) also trains at every lr of
-   a small fixed grid (`SWEEP_LRS`), so the advised lr can be read against the loss-vs-lr curve it was meant to
-   hit (``training/advice.json`` holds each advice, the grid's losses and the command that reproduces them).
+   `sigprop advise` on the run's own config, before it trains (a proxy within half a run,
+   `sigprop.advice.proxy`; the rule at init in the smoke run); each model trains at its recommended lr. Beside
+   it, the Pre-LN model (`SWEPT`) also trains at every lr of a small fixed grid (`SWEEP_LRS`), so the advised lr
+   can be read against the loss-vs-lr curve it was meant to hit (``training/advice.json`` holds each advice, the
+   grid's losses and the command that reproduces them).
 
 The parts run as independent tasks on two worker processes with one torch thread each
 (`sigprop.train.sweep.worker_pool`, `run_parts`), so the two cores stay busy from start to end. Each finished
@@ -36,6 +37,7 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from .advice import advise
+from .advice.proxy import advise_by_proxy
 from .console import UserError
 from .experiments import dslm_moments, shaped_figs
 from .experiments.outputs import plt, write_figure, write_json, write_outputs
@@ -54,10 +56,12 @@ TRAIN_MODELS = {
 }
 SWEPT = "Pre-LN"                                 # the model whose advised lr is shown beside a small lr grid
 SWEEP_LRS = {"full": (1e-3, 3e-3, 1e-2, 3e-2), "quick": (1e-3, 1e-2)}
-FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16}
+# advice_budget: `sigprop advise --budget` for each model's lr (0 in the smoke run: its steps are too few for a proxy)
+FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16,
+        "advice_budget": 0.5}
 JOBS = 2                                         # worker processes for the training runs (2 cores)
 PARTS = "parts"                                  # each finished task's result, so an interrupted demo can resume
-QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4}
+QUICK = {"moments_depth": 4, "moments_seeds": 2, "depth": 2, "width": 32, "steps": 6, "batch": 4, "advice_budget": 0.0}
 
 
 READ = {
@@ -75,9 +79,11 @@ READ = {
                "theory. The median error is |predicted / measured − 1| over sublayers, beside its Monte-Carlo "
                "standard error.",
     "training": "Validation loss (nats per token) of four models of the same size trained with the same data and "
-                "steps, each at the lr that sigprop advise recommended for it from a few forward/backward passes at "
-                "initialization (no training run; table: the advised lr, its interval, the largest stable lr and "
-                "the quantity that sets it). The second table and figure check the advice on one model: its loss "
+                "steps, each at the lr that sigprop advise recommended for it before it trained: a small proxy of "
+                "the model (narrower, shallower, everything else equal) trained over a short lr grid within half a "
+                "training run, its optimum carried to the model by the ratio of their first-step lr scales (table: "
+                "the advised lr, the largest stable lr and how they were decided; the smoke run --quick uses the "
+                "rule at init instead). The second table and figure check the advice on one model: its loss "
                 "over a small lr grid beside the loss at the advised lr. The shaped model has no LayerNorm at all; "
                 "similar curves mean shaping replaces normalization. One seed: an illustration, not a claim (the "
                 "claims and their rules: docs/RESULTS.md; advise's evaluation: docs/advise.md).",
@@ -108,14 +114,21 @@ def run_config(out_dir: str | Path, label: str, size: dict[str, Any], lr: float,
 
 def advise_lr(out_dir: str | Path, label: str, size: dict[str, Any], seed: int = 0,
               lrs: Sequence[float] = ()) -> dict[str, Any]:
-    """`sigprop.advice.advise` on ``label``'s run config (the run's own seed, first batch and validation batch;
-    nothing is trained): the recommended lr, its interval, the largest stable lr and the limit that sets it,
-    the predicted outcome at each of ``lrs``, and the advice's cost."""
+    """`sigprop advise` on ``label``'s run config at ``size["advice_budget"]`` (the run's own seed and data):
+    the recommended lr, its interval (the rule at init only, else None), the largest stable lr, how it was
+    decided, the predicted outcome at each of ``lrs``, and the advice's cost (wall seconds; with a proxy also in
+    training runs of the model). With a budget the proxy's runs go to ``out_dir/advise-proxy``."""
     cfg = run_config(Path(out_dir) / "runs" / _slug(label), label, size, max(lrs, default=1e-3), seed)
+    budget = size["advice_budget"]
+    if budget > 0:
+        p = advise_by_proxy(cfg, budget, lrs=list(lrs) or None, out=Path(out_dir) / "advise-proxy", progress=False)
+        return {"lr": p.recommended_lr, "interval": None, "max_stable_lr": p.max_stable_lr,
+                "decided_by": f"proxy, {p.cost:.2g} run", "predictions": p.predictions if lrs else [],
+                "cost_s": round(p.cost_s, 2), "cost_runs": p.cost, "caveat": None}
     a = advise(cfg, lrs=list(lrs) or None)
     return {"lr": a.recommended_lr, "interval": list(a.lr_interval), "max_stable_lr": a.max_stable_lr,
-            "decided_by": a.decided_by, "predictions": a.predictions if lrs else [], "cost_s": round(a.cost_s, 2),
-            "caveat": a.caveat}
+            "decided_by": f"rule at init: {a.decided_by}", "predictions": a.predictions if lrs else [],
+            "cost_s": round(a.cost_s, 2), "cost_runs": 0.0, "caveat": a.caveat}
 
 
 def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int = 0,
@@ -181,7 +194,7 @@ def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 
               show_progress: bool = True, resume: bool = False
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`):
-    every model's advice first (`advise_lr`, seconds each), the two measurements at init, the `SWEPT` model at
+    every model's advice first (`advise_lr`), the two measurements at init, the `SWEPT` model at
     each lr of its grid (`sweep_model`), and each model at its advised lr as soon as that is known
     (`train_model`, same data, steps, batch and seed for every model). Each task's result is kept in
     ``out/PARTS`` as it finishes; with ``resume`` the ones kept there (same size and seed) are not run again.
@@ -217,14 +230,15 @@ def training_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
     """One row per model: its advised lr with the interval and the limit that sets the largest stable lr,
     parameters, validation loss at step 0 and at the end, wall time."""
     a = advice["advice"]
-    lr = lambda k: (f"{runs[k]['lr']:.3g} [{a[k]['interval'][0]:.2g}, {a[k]['interval'][1]:.2g}], max stable "
-                    f"{a[k]['max_stable_lr']:.2g} ({a[k]['decided_by']})")
-    return Table(["model", "advised lr [interval], max stable lr", "params", "val loss at step 0", "final val loss",
-                  "wall s"],
+    band = lambda i: f" [{i[0]:.2g}, {i[1]:.2g}]" if i else ""
+    stable = lambda x: "none" if x is None else f"{x:.2g}"
+    lr = lambda k: (f"{runs[k]['lr']:.3g}{band(a[k]['interval'])}, max stable {stable(a[k]['max_stable_lr'])} "
+                    f"({a[k]['decided_by']})")
+    return Table(["model", "advised lr, max stable lr", "params", "val loss at step 0", "final val loss", "wall s"],
                  [[k, lr(k), r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
                   for k, r in runs.items()],
-                 caption="Validation loss in nats per token (embedded corpus, causal LM). Every lr is advised at "
-                         f"init (`sigprop advise`; reproduce one with `{advice['command']}`).")
+                 caption="Validation loss in nats per token (embedded corpus, causal LM). Every lr is advised before "
+                         f"the run (`sigprop advise`; reproduce one with `{advice['command']}`).")
 
 
 def sweep_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
@@ -240,11 +254,13 @@ def sweep_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
 
 
 def plot_advice(runs: dict[str, Any], advice: dict[str, Any]) -> Any:
-    """`SWEPT`'s final loss against lr (its grid), the advised lr (star: its run's loss) and interval (band)."""
+    """`SWEPT`'s final loss against lr (its grid), the advised lr (star: its run's loss) and, from the rule at init,
+    its interval (band)."""
     a, pts = advice["advice"][SWEPT], advice["sweep"]["points"]
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.plot([p["lr"] for p in pts], [p["final_val_loss"] for p in pts], "o-", label=f"{SWEPT}: lr grid")
-    ax.axvspan(*a["interval"], color="C1", alpha=0.15, label="advised interval")
+    if a["interval"]:
+        ax.axvspan(*a["interval"], color="C1", alpha=0.15, label="advised interval")
     ax.plot([runs[SWEPT]["lr"]], [runs[SWEPT]["final_val_loss"]], "*", color="C1", ms=14, label="advised lr")
     log_ticks(ax, [p["lr"] for p in pts] + [runs[SWEPT]["lr"]])
     ax.set(xlabel="peak lr", ylabel="final validation loss (nats/token)", title="advised lr against a sweep")
@@ -313,7 +329,7 @@ def sections(out: Path, table: Table, rank: dict[str, Any], moments: dict[str, A
                                 f"{meta['width']}, each model at the lr sigprop advise recommended for it."),
                          Figure(out / "training/advice.png",
                                 f"{SWEPT}: final validation loss over a small lr grid, with the advised lr (star: its "
-                                "run) and the advised interval (band).")]),
+                                "run).")]),
     ]
 
 
