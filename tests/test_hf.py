@@ -112,7 +112,7 @@ def test_dslm_branches_have_unit_variance_at_seq_len_32(family):
     """GPT-2, LLaMA (and sigprop's own decoder), width 64, 48 layers, 32 causal Zipf tokens: every branch near 1. A
     finite-length V/O correction applied on top of a std that already holds one gives GPT-2 a first attention
     branch of 0.19 and an attention median of 0.83 on these seeds; the mean-correlation recursion instead of the
-    token Gram recursion leaves LLaMA's attention median at 1.18 (width 128, bench/hf_branches.py)."""
+    token Gram recursion leaves LLaMA's attention median at 1.12 (width 128, 16 networks: docs/hf.md's table)."""
     attn, mlp = branch_variances(family, 64, 32, (0, 1))
     assert 0.7 <= attn[0] <= 1.4, attn[0]
     assert_unit_branches(attn, mlp)
@@ -140,7 +140,7 @@ def test_dslm_branches_have_unit_variance_at_every_length(family, seq):
 
     16 networks, because one network's branches drift together: strongly correlated tokens (BERT's shared token-type
     row) share one stream direction, so a network's branch medians move by ~0.1 (BERT, T = 32: 0.87 averaged over
-    seeds 0-3, 0.98 over seeds 4-11), and 4 networks cannot resolve a ±0.1 band (bench/hf_branches.py)."""
+    seeds 0-3, 0.98 over seeds 4-11), and 4 networks cannot resolve a ±0.1 band."""
     assert_unit_branches(*branch_variances(family, 128, seq, tuple(range(16))))
 
 

@@ -49,7 +49,7 @@ def one_layer(r: float, L: int, causal: bool, draws: int, seed: int) -> tuple[to
 
 @pytest.mark.parametrize("r, L, causal", [(0.0, 16, True), (0.1, 32, False)])
 def test_attention_gain_and_output_correlation_match_monte_carlo(r, L, causal):
-    """G within 4 standard errors + 2% (bench/attention_gain.py: ≤ 1.9% over L = 16–128, r = 0–0.6), r_out within
+    """G within 4 standard errors + 2% (tests/test_attention_gain.py: ≤ 1.9% over L = 16–128, r = 0–0.6), r_out within
     0.03. The log-normal closed form r + (1−r)·mean_i min(1, e^{1−r}/n_i) misses the same G by 40% (causal, L = 16,
     r = 0) and DSLM's r_out = 1 misses the correlation by 0.3–0.6: this test fails for either."""
     var, corr = one_layer(r, L, causal, draws=60, seed=0)

@@ -225,7 +225,7 @@ def measured(measured_networks):
                                   pytest.param("postln", marks=pytest.mark.xfail(strict=True, reason=(
                                       "too noisy to test with 48 networks (median error 20%, s.e. 17%: the "
                                       "per-network gradient of a collapsed Post-LN stack has log-std 1.2-1.6); "
-                                      "measured on demand by bench/postln_gradient.py: 2.1% against seeds 0-999 "
+                                      "measured on demand by tests/test_postln_gradient.py: 2.1% against seeds 0-999 "
                                       "(s.e. 5.0%) and 3.0% against seeds 1000-1999 (s.e. 4.5%), where even 1000 "
                                       "networks leave an s.e. above this test's bar/3")))])
 def test_predicted_matches_measured(name: str, measured, median_error) -> None:
@@ -242,7 +242,7 @@ def test_preln_bottom_gradient_matches_measured(measured, monkeypatch: pytest.Mo
     by ~d/2 (the embedding's variance is 2/d): the embedding's and the first three blocks' gradient within 4 s.e. +
     5 %. With two causal rows' same-key weight covariance put on every pair of keys they read (instead of the
     row-sum compensation on different shared keys, `causal_attention._shared_keys`) the embedding's and the first
-    block's are 42–72 % high, beyond it (bench/preln_bottom.py: 81 % at the embedding against 64 other networks)."""
+    block's are 42–72 % high, beyond it (docs/findings.md: 81 % at the embedding against 64 other networks)."""
     _, grad, pred = measured("preln")
     mean, se = grad.mean(0)[:7], grad.std(0, ddof=1)[:7] / math.sqrt(len(grad))
     bar = 4 * se + 0.05 * mean

@@ -75,18 +75,18 @@ KNOBS: dict[str, list[dict]] = {
 GAPS = {
     "arch-1": "encoder–decoder: gradient 6.2 % (median), the encoder's 10–15 % low at every layer, fed by the cross "
               "sublayers' memory gradient through the encoder's final norm, whose size covaries with the token's "
-              "1/σ², which the maps take as independent (bench/encdec_gradient.py, docs/moments.md); the decoder's "
-              "bottom blocks 5–8 % low, as a plain Pre-LN decoder's first block is at this width (4–6 %)",
+              "1/σ², which the maps take as independent (tests/test_encdec_gradient.py, docs/moments.md); the "
+              "decoder's bottom blocks 5–8 % low, as a plain Pre-LN decoder's first block is at this width (4–6 %)",
     "n_dec_layers-0": "encoder–decoder with one decoder block: gradient 6.0 % (median), the encoder's gradient "
                       "6–11 % low, as for arch-1",
 }
 VIT = ("DSLM ViT at a small patch fan-in C·p² < d (4 here, d = 64): {}; the patch tokens W_p·patch lie in a "
        "C·p²-dimensional subspace: their norms vary as χ² with C·p² degrees of freedom (which the maps carry to "
        "first order, `PatchEmbedding`'s norm dispersion) and their pairs' cosines spread as in C·p² dimensions, "
-       "which the isotropic correlation maps do not follow (bench/vit_fan_in.py: at fan-in 4 two tokens' mean squared "
-       "cosine is 0.058 against 1/d = 0.016, the first attention branch 7 % above its map in variance and 0.058 "
-       "below in token correlation); the error falls with the fan-in (12, 3 channels, and 16, patch_size 4, within "
-       "the bar)")
+       "which the isotropic correlation maps do not follow (tests/test_vit_fan_in.py: at fan-in 4 two tokens' mean "
+       "squared cosine is 0.058 against 1/d = 0.016, the first attention branch 7 % above its map in variance and "
+       "0.058 below in token correlation); the error falls with the fan-in (12, 3 channels, and 16, patch_size 4, "
+       "within the bar)")
 GAPS |= {"arch-3": VIT.format("gradient 4.5 %, token correlation 0.023 off"),
          "image_size-0": VIT.format("forward 3.8 %, token correlation 0.035 off"),
          "n_classes-0": VIT.format("token correlation 0.027 off, gradient 3.8 % (Monte-Carlo s.e. 3.0 %)")}
