@@ -47,6 +47,7 @@ from ..console import one_line
 from ..console.files import write_atomic
 from ..train.config import RunConfig, from_mapping
 from ..train.levels import trains, unigram_loss
+from ..train.run_summary import ended_at
 from ..train.sweep import finished_records, load_spec
 
 FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
@@ -111,7 +112,7 @@ def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FA
             if sorted(rs) != grid:
                 continue
             runs_ = [rs[lr] for lr in grid]
-            losses = tuple(r["initial_val_loss"] if r["diverged"] else r["final_val_loss"] for r in runs_)
+            losses = tuple(ended_at(r) for r in runs_)
             out.append(Config(family, key, tuple(grid), losses, unigram_loss(runs_[0]["config"]["train"]["out_dir"]),
                               runs_[0]["config"], statistics.median(r["wall_s"] for r in runs_)))
     return out
@@ -219,7 +220,7 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
         t = c.run
         r = train_run(cache / "tmp", t["model"], t["data"], {**t["optim"], "optimizer": "prodigy", "lr": 1.0},
                       {k: v for k, v in t["train"].items() if k not in ("out_dir", "seed")}, t["train"]["seed"])
-        return {"loss": r["initial_val_loss"] if r["diverged"] else r["final_val_loss"], "wall_s": r["wall_s"]}
+        return {"loss": ended_at(r), "wall_s": r["wall_s"]}
     cached = _cached("prodigy", compute, cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:

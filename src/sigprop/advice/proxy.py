@@ -45,6 +45,7 @@ from ..models.flops import train_flops_per_token
 from ..train.config import RunConfig, from_mapping
 from ..train.levels import trains, unigram_loss
 from ..train.lr_grid import best_lr, next_lr
+from ..train.run_summary import ended_at
 from ..train.sweep import SweepSpec, run_sweep
 from .advise import DEFAULT_RULE, Advice, _finite, advise
 
@@ -270,7 +271,7 @@ def pick_by_proxy(cfg: RunConfig, candidates: Sequence[float], budget: float = 0
     pl = plan(cfg, budget, runs=len(candidates))
     spec = SweepSpec(pl.proxy.to_dict(), {"optim.lr": sorted(set(candidates))}, proxy_folder(pl.proxy, out))
     grid = [{"lr": r["point"]["optim.lr"],
-             "final_loss": r["initial_val_loss"] if r["diverged"] else r["final_val_loss"]}
+             "final_loss": ended_at(r)}
             for r in run_sweep(spec, resume=True, progress=progress)]
     best = min(grid, key=lambda g: g["final_loss"])
     return Pick(best["lr"], grid, pl.text(cfg), len(grid) * pl.run_cost)

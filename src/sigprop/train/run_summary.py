@@ -30,6 +30,12 @@ def grad_summary(norms: Sequence[float]) -> dict[str, float]:
     return {"first": norms[0], "median": statistics.median(norms), "max": max(norms), "last": norms[-1]}
 
 
+def ended_at(run: dict[str, Any]) -> float:
+    """A run's final validation loss, or its initial one if it diverged: a diverged run ends no better than it
+    started (the loss every lr comparison reads)."""
+    return run["initial_val_loss"] if run["diverged"] else run["final_val_loss"]
+
+
 def history(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of the run's one history: a resume from the checkpoint of step s undoes what was logged past s
     before it (steps a stop or a kill cut off after that checkpoint), so those records are dropped."""
