@@ -11,7 +11,8 @@ sublayers that product vanishes (docs/admin.md).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import math
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -45,3 +46,9 @@ def shortcut_factors(model: nn.Module) -> Iterator[list[float]]:
     finally:
         for h in hooks:
             h.remove()
+
+
+def shortcut_deficit(factors: Sequence[float]) -> float:
+    """D = −Σ log10 s over ``factors`` (one forward's shortcut factors): the decades by which the shortcut path
+    alone scales a gradient from the top of the post-norm stack to its bottom."""
+    return -sum(math.log10(f) for f in factors)

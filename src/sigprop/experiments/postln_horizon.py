@@ -11,9 +11,9 @@ Rule: `sigprop.experiments.verdicts.postln_horizon`, beside it `verdicts.horizon
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
+from ..diagnostics.shortcut import shortcut_deficit
 from ..train.levels import TRAIN_MARGIN
 from . import dslm_depth, verdicts
 from .claim import LR, MODEL, Claim, Model, grad_stats, lr_panel, seeds_cell, tuned, val_panel
@@ -39,11 +39,10 @@ def models(s: Mapping[str, Any]) -> list[Model]:
 
 def log(r: Mapping[str, Any]) -> dict[str, Any]:
     """`grad_stats`, whether the run is still improving (`verdicts.improving`), and log10 of the product
-    of all shortcut factors (top to bottom) at the first and the last evaluation."""
+    of all shortcut factors (top to bottom, −`shortcut_deficit`) at the first and the last evaluation."""
     factors = r.get("shortcut_factors") or []
-    product = lambda fs: sum(math.log10(f) for f in fs)
     return {**grad_stats(r), "improving": verdicts.improving(r["val_curve"], r["steps_done"]),
-            "shortcut_log10": [[step, product(fs)] for step, fs in (factors[:1] + factors[-1:])]}
+            "shortcut_log10": [[step, -shortcut_deficit(fs)] for step, fs in (factors[:1] + factors[-1:])]}
 
 
 def _entry(e: Mapping[str, Any]) -> dict[str, Any]:
