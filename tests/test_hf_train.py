@@ -81,7 +81,8 @@ def test_hf_family_is_validated_naming_the_field():
     for field, value in (("scheme", "dslm"), ("activation", "gelu"), ("dropout", 0.1), ("bias", True)):
         with pytest.raises(ValueError, match=rf"ModelConfig\.{field}={value!r} has no effect with hf_family"):
             ModelConfig(hf_family="llama", **{field: value})
-    ModelConfig(hf_family="llama", scheme="preln", base_width=32)      # defaults and the transfer fields pass
+    cfg = ModelConfig(hf_family="llama", scheme="preln", base_width=32)      # defaults and the transfer fields pass
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg                       # as a saved config reads back
 
 
 def test_predict_from_a_config_refuses_a_transformers_model():

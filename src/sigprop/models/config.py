@@ -193,8 +193,9 @@ class ModelConfig:
                              f"{used_by}; leave it at its default {defaults[name]!r}")
 
     def _check_transformers(self) -> None:
-        """With ``hf_family`` set: a decoder whose fields outside `HF_SIZES` keep their defaults (the transformers
-        family fixes its norms, activation, biases, positions and init; a scheme or knob would do nothing)."""
+        """With ``hf_family`` set: a decoder whose fields outside `HF_SIZES` keep their defaults, as given or as
+        resolved (a saved config's ``norm_placement``; the transformers family fixes its norms, activation, biases,
+        positions and init, so a scheme or knob would do nothing)."""
         _choice("hf_family", self.hf_family, HF_FAMILIES)
         if self.hf_family is None:
             return
@@ -202,9 +203,10 @@ class ModelConfig:
             raise FieldError(f"ModelConfig.hf_family={self.hf_family!r} builds a causal LM: it needs arch 'decoder', "
                              f"got arch={self.arch!r}")
         free = ("arch", "hf_family", "base_width", "base_depth", *HF_SIZES)
+        resolved = ModelConfig(**{name: getattr(self, name) for name in free if name != "hf_family"})
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name not in free and value != f.default:
+            if f.name not in free and value not in (f.default, getattr(resolved, f.name)):
                 raise FieldError(f"ModelConfig.{f.name}={value!r} has no effect with hf_family={self.hf_family!r}: "
                                  f"the transformers model is built from {HF_SIZES} at its family's own "
                                  f"architecture and init; leave it at its default {f.default!r}")
