@@ -11,7 +11,7 @@ from sigprop.models import ModelConfig, build_model, predict
 from sigprop.models.adapter import adapter_of
 from sigprop.models.build import param_count
 from sigprop.models.config import HF_FAMILIES, HF_SIZES
-from sigprop.train import load_config, read_jsonl, train
+from sigprop.train import eval_main, generate_main, load_config, read_jsonl, train
 
 pytest.importorskip("transformers")
 
@@ -49,6 +49,8 @@ def test_a_transformers_run_trains_and_its_loss_falls(family, tmp_path):
     evals = [r["loss"] for r in read_jsonl(tmp_path / "metrics.jsonl", "eval")]
     assert len(evals) == 3 and evals[-1] < evals[0] - 0.2
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl", "diag")] == [0, 12]
+    assert eval_main(["--run", str(tmp_path)]) == 0                                  # the run folder's commands
+    assert generate_main(["--run", str(tmp_path), "--max-new-tokens", "3", "--seed", "0"]) == 0
 
 
 @pytest.mark.parametrize("family", sorted(CLASSES))
