@@ -42,6 +42,21 @@ def test_an_encoder_decoder_counts_both_stacks_and_a_vit_its_patches_and_class_t
     assert counter.get_total_flops() == pytest.approx(17 * train_flops_per_token(vit, 17), rel=1e-12)  # 16 + 1
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_transformers_model_counts_its_conv1d_or_linear_products_and_its_query_width(family):
+    """GPT-2's Conv1D products and tied head, LLaMA's gated MLP and untied head, both on a run config's sizes."""
+    pytest.importorskip("transformers")
+    cfg = ModelConfig(**BASE, hf_family=family, d_ff=40)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    T = 12
+    ids = torch.randint(0, cfg.vocab_size, (1, T))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(ids).logits.sum().backward()
+    assert counter.get_total_flops() == T * train_flops_per_token(model, T)
+    assert train_flops_per_token(build_model(cfg, device="meta"), T) == train_flops_per_token(model, T)
+
+
 def test_refusals():
     with pytest.raises(NotImplementedError, match="Linear"):
         train_flops_per_token(torch.nn.Linear(2, 2), 8)

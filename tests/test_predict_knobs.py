@@ -71,6 +71,7 @@ KNOBS: dict[str, list[dict]] = {
     "qk_norm": [dict(qk_norm=True), *(dict(qk_norm=True, n_layers=n) for n in (8, 48)),
                 dict(qk_norm=True, norm_type="rmsnorm", n_layers=8), dict(qk_norm=True, arch="encoder", n_layers=8)],
     "admin_mode": [dict(scheme="admin", admin_mode="constant")],
+    "hf_family": [dict(hf_family="gpt2")],          # refused: sigprop.hf.predict walks it from token ids
 }
 GAPS = {
     "arch-1": "encoder–decoder: gradient 6.2 % (median), the encoder's 10–15 % low at every layer, fed by the cross "

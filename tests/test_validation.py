@@ -50,7 +50,8 @@ MODEL_INT_FIELDS = ["vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len
                     "patch_size", "in_channels", "n_classes"]
 MODEL_FLOAT_FIELDS = ["dropout", "tau0", "c_plus", "c_minus", "dslm_k", "dslm_r0", "residual_gamma"]
 MODEL_BOOL_FIELDS = ["bias", "learn_residual"]
-MODEL_CHOICE_FIELDS = ["arch", "scheme", "norm_placement", "norm_type", "activation", "shaping", "qk_scaling"]
+MODEL_CHOICE_FIELDS = ["arch", "scheme", "norm_placement", "norm_type", "activation", "shaping", "qk_scaling",
+                       "hf_family"]
 # a base under which every field above is used (so only the value itself can be wrong)
 BASE = {"shaped": dict(scheme="shaped", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8),
         "dslm": dict(scheme="dslm", vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_seq_len=8,
@@ -58,7 +59,8 @@ BASE = {"shaped": dict(scheme="shaped", vocab_size=32, d_model=16, n_heads=2, n_
         "vit": dict(arch="vit", d_model=16, n_heads=2, n_layers=1)}
 HOME = {**{f: "dslm" for f in ("dslm_k", "dslm_r0", "residual_gamma", "norm_type", "dropout", "bias",
                                "learn_residual", "vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
-                               "d_ff", "arch", "norm_placement", "activation", "shaping", "c_plus", "c_minus")},
+                               "d_ff", "arch", "norm_placement", "activation", "shaping", "c_plus", "c_minus",
+                               "hf_family")},
         **{f: "shaped" for f in ("tau0", "qk_scaling", "scheme")},
         **{f: "vit" for f in ("image_size", "patch_size", "in_channels", "n_classes")}}
 
@@ -80,8 +82,8 @@ def invalid_model_value(draw):
         value = draw(st.one_of(WRONG_TYPE, st.text(min_size=1, max_size=8).filter(
             lambda s: s not in ("decoder", "encoder", "encdec", "vit", "pre", "post", "none", "relu", "gelu",
                                 "shaped_relu", "fixed", "recover", "learn", "temperature", "weights", "init",
-                                "layernorm", "rmsnorm", "vanilla", "shaped", "dslm", "deepnorm"))))
-    if value is None and field in ("norm_placement", "d_ff", "dslm_r0", "residual_gamma"):   # None: the default
+                                "layernorm", "rmsnorm", "vanilla", "shaped", "dslm", "deepnorm", "gpt2", "llama"))))
+    if value is None and field in ("norm_placement", "d_ff", "dslm_r0", "residual_gamma", "hf_family"):  # the default
         value = "None"
     return field, value
 

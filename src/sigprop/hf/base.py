@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 from torch import nn
 
 from ..console.errors import UserError
+from ..extras import require
 from ..models.adapter import Adapter, Chain, LogitsSink, Piece, ResidualSite
+from ..models.config import ModelConfig
 from ..nn.maps import zero_bias
 from ..nn.modes import in_mode
 from ..nn.residual import Residual
@@ -92,6 +94,30 @@ class Family(Adapter):
     @abstractmethod
     def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
         """(parent, attribute) of the backbone's list of transformer blocks."""
+
+    def config_fields(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The HF config's keyword arguments for ``cfg``'s sizes (`sigprop.models.config.HF_SIZES`), the inverse of
+        `mirror` on them, with every dropout off; the family's defaults for the rest.
+
+        Raises:
+            NotImplementedError: a family sigprop builds no model of (`ModelConfig.hf_family` names the others).
+        """
+        raise NotImplementedError(f"sigprop builds no {self.model_types[0]!r} model from a ModelConfig")
+
+    def build(self, cfg: ModelConfig) -> nn.Module:
+        """The causal LM of model_type ``cfg.hf_family`` (one of `model_types`) with ``cfg``'s sizes
+        (`config_fields`), randomly initialized by the family's own ``_init_weights`` (the stds of `hf_init_std`)
+        from torch's global generator; no KV cache and no special token ids (sigprop's data has its own), so its
+        forward maps ids (B, T) to an output whose ``logits`` are (B, T, vocab_size).
+
+        Raises:
+            MissingExtraError: ``transformers`` is not installed.
+        """
+        transformers = require("transformers", f"ModelConfig.hf_family={cfg.hf_family!r}",
+                               "pip install 'sigprop[hf]'")
+        config = transformers.AutoConfig.for_model(cfg.hf_family, **self.config_fields(cfg), use_cache=False,
+                                                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        return transformers.AutoModelForCausalLM.from_config(config)
 
     @abstractmethod
     def sites(self, block: nn.Module) -> list[ResidualSite]:

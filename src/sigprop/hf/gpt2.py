@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from torch import nn
 
+from ..models.config import ModelConfig
 from ..nn.maps import zero_bias
 from ..theory.moments.embedding import Embedding
 from ..theory.moments.state import Component
@@ -38,6 +39,10 @@ class GPT2(Family):
                     n_heads=config.n_head, d_ff=config.n_inner or 4 * config.n_embd, max_seq_len=config.n_positions,
                     norm_type="layernorm", activation=mirror_activation(config.activation_function),
                     dropout=config.resid_pdrop, bias=True)
+
+    def config_fields(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+                    n_inner=cfg.d_ff, n_positions=cfg.max_seq_len, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
     def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
         return base, "h"

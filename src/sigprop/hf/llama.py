@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 import torch
 from torch import nn
 
+from ..models.config import ModelConfig
 from ..theory.moments.embedding import Embedding
 from ..theory.moments.gated import GatedMLP
 from ..theory.moments.rope import RopeAttention
@@ -64,6 +65,12 @@ class Llama(Family):
                     d_ff=config.intermediate_size, max_seq_len=config.max_position_embeddings,
                     norm_type="rmsnorm", activation="gelu", dropout=0.0,
                     bias=bool(getattr(config, "attention_bias", False)), qk_norm=self.qk_norms)
+
+    def config_fields(self, cfg: ModelConfig) -> dict[str, Any]:
+        """One key-value head per query head (no grouping), heads of width d_model / n_heads."""
+        return dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+                    num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads, head_dim=cfg.d_head,
+                    intermediate_size=cfg.d_ff, max_position_embeddings=cfg.max_seq_len, attention_dropout=0.0)
 
     def block_slot(self, base: nn.Module) -> tuple[nn.Module, str]:
         return base, "layers"

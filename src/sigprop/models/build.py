@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..schemes import get_scheme, initialize
+from .adapter import adapter_of
 from .config import ModelConfig
 from .transformer import DecoderLM, EncoderDecoder, EncoderMLM, ViT
 
@@ -53,15 +54,28 @@ def _on_meta() -> Iterator[None]:
             setattr(nn.init, name, fn)
 
 
+def construct(cfg: ModelConfig) -> nn.Module:
+    """The module ``cfg`` names, on torch's current device: ``cfg.arch``'s class (`ARCHITECTURES`), its weights not
+    yet initialized by the scheme; or, with ``cfg.hf_family`` set, that `transformers` causal LM, initialized by its
+    family (`sigprop.hf.base.Family.build`)."""
+    if cfg.hf_family is None:
+        return ARCHITECTURES[cfg.arch](cfg)
+    from ..hf.apply import FAMILIES
+
+    return next(f for f in FAMILIES if cfg.hf_family in f.model_types).build(cfg)
+
+
 def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
                 batch: torch.Tensor | Sequence[torch.Tensor] | None = None) -> nn.Module:
     """A freshly initialized model; ``torch.manual_seed`` beforehand makes it deterministic. ``device="meta"``
     allocates no weights: the init pass only records each weight's std (what `predict` reads). ``batch``: the
-    model's positional inputs for the scheme's data-dependent init (`calibrate`; Admin's profiled ω).
+    model's positional inputs for the scheme's data-dependent init (`calibrate`; Admin's profiled ω). With
+    ``cfg.hf_family`` set, the `transformers` causal LM of that family (`construct`), at the family's own init, which
+    no scheme changes; its forward returns an output whose ``logits`` are (B, T, vocab_size).
 
     Args:
         cfg: the validated model configuration; ``cfg.arch`` picks the class (`ARCHITECTURES`), ``cfg.scheme``
-            the init.
+            the init; ``cfg.hf_family``, if set, the transformers model instead.
         device: where to allocate the weights (default torch's current device); ``"meta"``: nowhere.
         batch: the model's positional inputs (token ids, images, or (src, tgt) for an encdec) for `calibrate`.
 
@@ -81,9 +95,10 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
         context = torch.device(device) if device is not None else contextlib.nullcontext()
     with gc_paused():
         with context:
-            model = ARCHITECTURES[cfg.arch](cfg)
-        initialize(model, cfg, get_scheme(cfg.scheme))
-        calibrate(model, batch)
+            model = construct(cfg)
+        if cfg.hf_family is None:
+            initialize(model, cfg, get_scheme(cfg.scheme))
+            calibrate(model, batch)
     return model
 
 
@@ -92,22 +107,26 @@ def calibrate(model: nn.Module, batch: torch.Tensor | Sequence[torch.Tensor] | N
     ``batch``, the model's positional inputs (token ids, images, or (src, tgt) for an encdec), on the model's
     device, or without data from the model's own moment maps (each stack's ``stack_chain``):
     `sigprop.schemes.admin.profile` or the theory's profile under scheme "admin" with ``admin_mode="profile"``;
-    nothing for the schemes whose init is data-free. `build_model` calls it; call it again at init with data (the
+    nothing for the schemes whose init is data-free, nor for a model without a scheme (`Adapter.config` None: a
+    `transformers` model at its family's init). `build_model` calls it; call it again at init with data (the
     trainer does, on its first training batch).
 
     Args:
-        model: a sigprop model (it carries its ``cfg``), as `build_model` returned it.
+        model: a model `build_model` returned.
         batch: the model's positional inputs; None: no data.
     """
+    cfg = adapter_of(model).config(model)
+    if cfg is None:
+        return
     inputs = None if batch is None else (batch,) if isinstance(batch, torch.Tensor) else tuple(batch)
-    get_scheme(model.cfg.scheme).calibrate(model.cfg, model, inputs, model.stack_chain)
+    get_scheme(cfg.scheme).calibrate(cfg, model, inputs, model.stack_chain)
 
 
 def meta_model(model: ModelConfig | Mapping[str, Any]) -> nn.Module:
     """The model a config (or its ``model`` table) builds, on the meta device: shapes only, no memory, no init."""
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(dict(model))
     with torch.device("meta"):
-        return ARCHITECTURES[cfg.arch](cfg)
+        return construct(cfg)
 
 
 def trainable(module: nn.Module) -> int:

@@ -28,6 +28,11 @@ from ..schemes import SCHEMES, get_scheme, mup
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
 ADMIN_MODES = ("profile", "constant")
+HF_FAMILIES = (None, "gpt2", "llama")   # the transformers model_types a decoder config may build (`hf_family`)
+# the sizes a transformers model is built from (`sigprop.hf.base.Family.config_fields`); with ``hf_family`` set every
+# field but these, arch, hf_family, base_width and base_depth (they name a transfer sweep's reference model,
+# `USED_ONLY_BY`) keeps its default: the family's own architecture and init stand in for them
+HF_SIZES = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len")
 
 
 MAX_VOCAB = 2 ** 22   # 4,194,304 tokens: well above real vocabularies (GPT-2 50,257; Llama 3 128,256), and the
@@ -136,6 +141,8 @@ class ModelConfig:
     base_depth: int = 4               # depth_mup/completep: blocks L₀ at which every multiplier is 1
     qk_norm: bool = False             # norm (norm_type) on each head's queries and keys (softmax attention)
     admin_mode: str = "profile"       # admin: ω from one profiling pass (theory's profile without data) | constant
+    hf_family: str | None = None      # None: sigprop's own model | gpt2 | llama: that `transformers` causal LM (arch
+    #                                   decoder) of these sizes at its family's own init (`sigprop.hf.base.Family`)
 
     # deprecated field names, still read (with a DeprecationWarning) from keywords, mappings and files
     RENAMED_KEYS: ClassVar[Mapping[str, Renamed]] = {
@@ -145,6 +152,7 @@ class ModelConfig:
         check_fields(self, "ModelConfig.", RANGES, int_range=POSITIVE_INT)
         _choice("arch", self.arch, ARCHS)
         _choice("scheme", self.scheme, tuple(SCHEMES))
+        self._check_transformers()
         scheme = get_scheme(self.scheme)
         if self.norm_placement is None:
             object.__setattr__(self, "norm_placement", scheme.norm_placements[0])
@@ -183,6 +191,25 @@ class ModelConfig:
             raise FieldError(f"ModelConfig.{name}={value!r} has no effect here (arch={self.arch!r}, "
                              f"scheme={self.scheme!r}, norm_placement={self.norm_placement!r}): it is used only by "
                              f"{used_by}; leave it at its default {defaults[name]!r}")
+
+    def _check_transformers(self) -> None:
+        """With ``hf_family`` set: a decoder whose fields outside `HF_SIZES` keep their defaults, as given or as
+        resolved (a saved config's ``norm_placement``; the transformers family fixes its norms, activation, biases,
+        positions and init, so a scheme or knob would do nothing)."""
+        _choice("hf_family", self.hf_family, HF_FAMILIES)
+        if self.hf_family is None:
+            return
+        if self.arch != "decoder":
+            raise FieldError(f"ModelConfig.hf_family={self.hf_family!r} builds a causal LM: it needs arch 'decoder', "
+                             f"got arch={self.arch!r}")
+        free = ("arch", "hf_family", "base_width", "base_depth", *HF_SIZES)
+        resolved = ModelConfig(**{name: getattr(self, name) for name in free if name != "hf_family"})
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name not in free and value not in (f.default, getattr(resolved, f.name)):
+                raise FieldError(f"ModelConfig.{f.name}={value!r} has no effect with hf_family={self.hf_family!r}: "
+                                 f"the transformers model is built from {HF_SIZES} at its family's own "
+                                 f"architecture and init; leave it at its default {f.default!r}")
 
     def _check_residual(self) -> None:
         if self.learn_residual and not get_scheme(self.scheme).learnable_residual:

@@ -63,14 +63,15 @@ COLLAPSED_CORR = 0.9    # a Post-LN decoder whose token correlation reaches this
 
 def _as_model(model_or_cfg: nn.Module | ModelConfig) -> nn.Module:
     """The model itself, or the model a config builds, on the meta device, with its init stds recorded."""
-    if isinstance(model_or_cfg, nn.Module):
-        if not hasattr(model_or_cfg, "moment_chain"):
-            raise NotImplementedError(f"{type(model_or_cfg).__name__} has no moment chain: predict walks sigprop "
-                                      "models (build_model); for other models use sigprop.hf or measure")
-        return model_or_cfg
-    if not isinstance(model_or_cfg, ModelConfig):
+    if isinstance(model_or_cfg, ModelConfig):
+        model_or_cfg = build_model(model_or_cfg, device="meta")
+    if not isinstance(model_or_cfg, nn.Module):
         raise TypeError(f"predict takes a sigprop model or a ModelConfig, got {type(model_or_cfg).__name__}")
-    return build_model(model_or_cfg, device="meta")
+    if not hasattr(model_or_cfg, "moment_chain"):
+        raise NotImplementedError(f"{type(model_or_cfg).__name__} has no moment chain: predict walks sigprop models "
+                                  "(build_model without hf_family); for transformers models use sigprop.hf.predict "
+                                  "on token ids, for other models measure")
+    return model_or_cfg
 
 
 def model_chain(model_or_cfg: nn.Module | ModelConfig, seq_len: int | None = None,

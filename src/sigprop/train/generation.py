@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..diagnostics.measure import output_tensor
+
 
 @torch.no_grad()
 def sample(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, max_seq_len: int,
@@ -16,7 +18,7 @@ def sample(model: nn.Module, ids: torch.Tensor, max_new_tokens: int, max_seq_len
     if temperature < 0 or top_k < 0:
         raise ValueError(f"temperature ({temperature}) and top_k ({top_k}) must be >= 0")
     for _ in range(max_new_tokens):
-        logits = model(ids[:, -max_seq_len:])[:, -1].float()           # (B, V)
+        logits = output_tensor(model(ids[:, -max_seq_len:]))[:, -1].float()     # (B, V)
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:

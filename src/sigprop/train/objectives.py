@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..diagnostics.measure import output_tensor
+
 IGNORE = -100   # target value with no loss
 
 
@@ -45,7 +47,7 @@ def loss_terms(model: nn.Module, batch: Batch, z_loss: float = 0.0) -> tuple[tor
     normaliser (Wortsman et al. 2023, arXiv 2309.14322, §3.1.2; PaLM): it keeps the logits from
     drifting to large log Z. Evaluation calls it with 0, so validation losses are pure cross-entropy.
     """
-    logits = model(*batch.inputs).float()                     # (B, T, V) or (B, C)
+    logits = output_tensor(model(*batch.inputs)).float()      # (B, T, V) or (B, C); a transformers model's .logits
     flat, tgt = logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1)
     loss = F.cross_entropy(flat, tgt, ignore_index=IGNORE, reduction="sum")
     if z_loss > 0:
