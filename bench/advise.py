@@ -37,15 +37,9 @@ Advise and range-test results are cached per config under runs/advise-bench/ (de
 Writes the table to stdout, runs/advise-bench/table.md and, with --write, into docs/advise.md and
 bench/RESULTS.md between their ``<!-- advise-eval -->`` markers.
 
-    OMP_NUM_THREADS=1 python bench/advise.py --table src/sigprop/advice/data/calibration.json
-    python -m sigprop.advice.fit src/sigprop/advice/data/calibration.json --write
-
-writes the balanced split's calibration set as a calibration table, then fits the shipped rule's constants on it
-(`sigprop.advice.data.fitted`; tests/test_advice_fit.py checks that the refit gives them).
-
     OMP_NUM_THREADS=1 python bench/advise.py --claims   # after `sigprop reproduce dslm-depth|depth-transfer`
 
-scores the shipped rule (`Rule()`, fitted on the balanced split's calibration set) and the range test, unfitted, on
+scores the shipped rule (`Rule()`, fitted on the lr benchmark's configs) and the range test, unfitted, on
 the claims' lr grids (`CLAIMS`, folders under runs/reproduce: each model's grid at the tuning seed,
 `sigprop.experiments.tuning`, or, for depth-transfer, which scores every lr of its panels, at its seed): other
 depths (to 192 layers), widths, corpus and step counts than the sweeps above; per claim and together, written between
@@ -80,7 +74,6 @@ from sigprop.advice.fit import (
     fit,
     fitted_best,
     last_record,
-    save_table,
     usable_scales,
 )
 from sigprop.advice.probe import Probe
@@ -600,8 +593,6 @@ def main() -> int:
     ap.add_argument("--claims", action="store_true", help="score the shipped rule on the claims' lr grids")
     ap.add_argument("--bases", action="store_true", help="each lr scale as the basis, fitted on the balanced "
                     "calibration set, scored on its scoring set and the claims' lr grids")
-    ap.add_argument("--table", type=Path, help="also write the balanced split's calibration set as the calibration "
-                    "table `python -m sigprop.advice.fit TABLE --write` fits the shipped rule on")
     args = ap.parse_args()
     if args.claims or args.bases:
         claims, refused = judged_claims()
@@ -626,8 +617,6 @@ def main() -> int:
         rules[name] = fit(cases(sets["calibration"], ms))
         texts.append(f"#### Split: {SPLITS[name]}\n\n" + table(sets, ms, ranges, steps, rules[name],
                                                                  fit(cases(sets["scoring"], ms))))
-    if args.table:
-        save_table(cases([c for c in cs if c["set"]["balanced"] == "calibration"], ms), args.table)
     text = "\n".join(texts)
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "table.md").write_text(text + "\n")

@@ -9,7 +9,8 @@ GRID = (1e-3, 1e-2, 1e-1)
 
 
 def cfg(family, losses, level=5.0, key=None):
-    return Config(family, key or f"{family}-{losses}", GRID, tuple(losses), level, {}, 10.0)
+    return Config(family, key or f"{family}-{losses}", GRID, tuple(losses), tuple(losses), (False,) * len(losses),
+                  level, {}, 10.0)
 
 
 def test_regret_reads_the_loss_between_grid_lrs_in_log_lr_and_the_nearest_outside():
@@ -85,3 +86,31 @@ def test_a_chooser_that_fails_on_a_config_gives_no_answer_there_and_is_retried(t
     assert run(c, [c]) == {"family": "a", "key": c.key, "lr": 1e-2} and run(c, [c])["lr"] == 1e-2
     assert len(calls) == 2                                                   # kept once it succeeded
     assert score([c], lambda *_: NO_ANSWER)[0]["regret"] == math.inf
+
+
+def test_advise_lofo_decides_each_config_by_the_rule_fitted_on_the_other_families(tmp_path):
+    """The refitted chooser reads each config's probe from the cache (its runs from the config) and applies the rule
+    fitted on the other family alone; the families' best lrs sit at different multiples of their output-change scale,
+    so a rule fitted with the scored family would recommend another lr."""
+    from dataclasses import replace
+
+    from sigprop.advice import fit as F
+    from sigprop.advice.benchmark import _cached, lofo_chooser
+    from sigprop.advice.rule import outcome
+    from test_advice_fit import planted
+
+    cases = [replace(x, probe=replace(x.probe, out_change=4 * x.probe.out_change)) for x in planted(0, 6)]
+    cases += planted(1, 6)
+    configs = [Config("a" if i < 6 else "b", f"c{i}", tuple(r.lr for r in x.runs), tuple(r.loss for r in x.runs),
+                      tuple(r.initial_loss for r in x.runs), tuple(r.diverged for r in x.runs), x.unigram, {}, 10.0)
+               for i, x in enumerate(cases)]
+    rows = {c.key: {**F.case_row(replace(x, runs=())), "cost_s": 2.0} for c, x in zip(configs, cases)}
+    for c in configs:
+        _cached("probe", lambda c: rows[c.key], tmp_path)(c, configs)
+    choose = lofo_chooser(tmp_path)
+    every = F.fit(cases)
+    for c, x in zip(configs, cases):
+        d = x.decide(F.fit([y for e, y in zip(configs, cases) if e.family != c.family]))
+        assert choose(c, configs) == {"lrs": (d.recommended,), "cost": 0.2,
+                                      "said": [outcome(lr, d)[0] for lr in c.lrs]}
+        assert d.recommended != pytest.approx(x.decide(every).recommended, rel=0.1)

@@ -91,8 +91,6 @@ def test_the_written_module_reads_back(tmp_path):
     assert names["CONSTANTS"] == F.constants(rule) and names["COMMIT"] == "abc"
 
 
-@pytest.mark.skipif(not CALIBRATION.exists(), reason="the calibration table is not in the repository "
-                    "(bench/advise.py --table writes it from the calibration sweeps)")
 def test_refitting_the_calibration_table_gives_the_shipped_constants():
     rule = F.fit(F.load_table(CALIBRATION))
     assert (rule.basis, rule.edge_basis) == (CONSTANTS["basis"], CONSTANTS["edge_basis"])

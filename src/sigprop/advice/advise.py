@@ -263,6 +263,12 @@ def _records_fn(model: nn.Module, batch: Batch):
     return lambda m, grads: measure(m, batch.inputs, backward=grads, stable_ranks=False, mode=mode)
 
 
+def run_area(optim: OptimConfig, steps: int) -> float:
+    """`schedule_area` of a run of ``steps`` steps under ``optim``'s warmup and decay."""
+    unit = dataclasses.replace(optim, lr=1.0)
+    return schedule_area([lr_at(t, steps, unit) for t in range(steps)])
+
+
 DEFAULT_RULE = Rule()
 
 
@@ -331,9 +337,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
     p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
               LINE_GRID, iterations=iterations, seed=seed, heldout_loss=logits_loss(optim_cfg.z_loss))
-    unit = dataclasses.replace(optim_cfg, lr=1.0)
-    area = schedule_area([lr_at(t, inputs.steps, unit) for t in range(inputs.steps)])
-    d = decide(p, optim_cfg.beta1, area, inputs.unigram, rule)
+    d = decide(p, optim_cfg.beta1, run_area(optim_cfg, inputs.steps), inputs.unigram, rule)
     predictions = []
     for lr in asked:
         name, reason = outcome(lr, d)

@@ -3,6 +3,7 @@ choose a learning rate scored on it, leave-one-family-out.
 
     sigprop sweep --config configs/advise_bench/FAMILY.toml --resume        # the data, one sweep per family
     python -m sigprop.advice.benchmark --runs runs/advise-bench     # the table (choosers cached per config)
+    python -m sigprop.advice.benchmark --runs runs/advise-bench --table src/sigprop/advice/data/calibration.json
 
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
@@ -20,7 +21,9 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 (`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; it keeps one step size for every group, so a config whose scheme
 sets per-role lrs, μP's or CompleteP's, is marked);
-``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-proxy`` —
+``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-lofo`` — the
+same rule with its constants refitted by `sigprop.advice.fit` on every other family's configs (their probes and runs,
+`calibration`; the shipped constants are fitted on every family, the scored one's included); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
 (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
 `sigprop advise` ships it;
@@ -28,6 +31,9 @@ sets per-role lrs, μP's or CompleteP's, is marked);
 `sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
 on the other families), the better one chosen. The advise choosers
 also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
+
+The second command also writes the *calibration table* (`calibration_table`): every config's probe at init and runs
+over the grid, the table `sigprop.advice.fit` fits the shipped constants on.
 """
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..console import one_line
 from ..console.files import write_atomic
@@ -50,6 +56,9 @@ from ..train.levels import trains, unigram_loss
 from ..train.run_summary import ended_at
 from ..train.sweep import finished_records, load_spec
 
+if TYPE_CHECKING:
+    from .fit import Case
+
 FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
 NEAR = 0.05             # a regret at most this (nats) counts as "near the best"
 PROXY_BUDGET = 0.5      # the proxy's compute, in training runs of the config (`sigprop advise`'s default)
@@ -57,12 +66,15 @@ PROXY_BUDGET = 0.5      # the proxy's compute, in training runs of the config (`
 
 @dataclass(frozen=True)
 class Config:
-    """One config of a family: its grid, final loss per lr, stall level and the run config of its first run."""
+    """One config of a family: its grid, final (`ended_at`) and initial loss and divergence per lr, stall level and
+    the run config of its first run."""
 
     family: str
     key: str
     lrs: tuple[float, ...]
     losses: tuple[float, ...]
+    initial: tuple[float, ...]       # initial loss per grid lr
+    diverged: tuple[bool, ...]       # per grid lr: the run stopped on a non-finite loss or evaluation
     level: float
     run: dict[str, Any]              # the run-config mapping (its lr is the grid's first)
     run_s: float                     # median wall seconds of one of its training runs
@@ -112,9 +124,10 @@ def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FA
             if sorted(rs) != grid:
                 continue
             runs_ = [rs[lr] for lr in grid]
-            losses = tuple(ended_at(r) for r in runs_)
-            out.append(Config(family, key, tuple(grid), losses, unigram_loss(runs_[0]["config"]["train"]["out_dir"]),
-                              runs_[0]["config"], statistics.median(r["wall_s"] for r in runs_)))
+            out.append(Config(family, key, tuple(grid), tuple(ended_at(r) for r in runs_),
+                              tuple(r["initial_val_loss"] for r in runs_), tuple(r["diverged"] for r in runs_),
+                              unigram_loss(runs_[0]["config"]["train"]["out_dir"]), runs_[0]["config"],
+                              statistics.median(r["wall_s"] for r in runs_)))
     return out
 
 
@@ -199,6 +212,62 @@ def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
+def calibration(cache: Path) -> Callable[[Config], tuple[Case, float] | None]:
+    """A config as a calibration `sigprop.advice.fit.Case` with advise's wall seconds: the probe `advise` measures on
+    its run config (kept in ``cache/probe``), its β₁ and schedule area, its stall level as the unigram loss and its
+    runs over the grid; None (said on stderr) where advise raised."""
+    from .advise import advise, run_area
+    from .fit import Case, GridRun, case_row, row_case
+
+    def compute(c: Config) -> dict[str, Any]:
+        cfg = _cfg(c, cache / "tmp")
+        a = advise(cfg, lrs=list(c.lrs))
+        case = Case(f"{c.family} {c.key}", cfg.optim.beta1, run_area(cfg.optim, cfg.train.steps), c.level, a.probe, ())
+        return {**case_row(case), "cost_s": a.cost_s}
+    cached = _cached("probe", compute, cache)
+
+    def case(c: Config) -> tuple[Case, float] | None:
+        r = cached(c, ())
+        if r is None:
+            return None
+        runs = tuple(GridRun(lr, math.nan if d else loss, init, d)
+                     for lr, loss, init, d in zip(c.lrs, c.losses, c.initial, c.diverged))
+        return dataclasses.replace(row_case(r), runs=runs), r["cost_s"]
+    return case
+
+
+def calibration_table(configs: Sequence[Config], cache: Path) -> list[Case]:
+    """Every config as a calibration `Case` (`calibration`), the table `sigprop.advice.fit` fits the shipped
+    constants on. Raises RuntimeError naming the configs advise failed on."""
+    case = calibration(cache)
+    cases = [case(c) for c in configs]
+    failed = [f"{c.family} {c.key}" for c, x in zip(configs, cases) if x is None]
+    if failed:
+        raise RuntimeError(f"no probe for {failed}")
+    return [x[0] for x in cases]
+
+
+def lofo_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """`advise`'s rule with its constants refitted (`sigprop.advice.fit.fit`) on every other family's configs
+    (`calibration`), applied to the scored config's probe: its recommended lr and its outcome per grid lr (cost:
+    advise's wall seconds over one training run's)."""
+    from .fit import fit
+    from .rule import outcome
+
+    case = calibration(cache)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        here, others = case(c), [case(x) for x in every if x.family != c.family]
+        if here is None or not others or not all(others):           # no other family, or a probe missing
+            return NO_ANSWER
+        try:
+            d = here[0].decide(fit([x[0] for x in others]))
+        except ValueError:                              # the scales the rule reads are not measurable here
+            return NO_ANSWER
+        return {"lrs": (d.recommended,), "cost": here[1] / c.run_s, "said": [outcome(lr, d)[0] for lr in c.lrs]}
+    return choose
+
+
 def per_role_lrs(c: Config) -> bool:
     """Whether the config's scheme and parametrization give its parameter groups more than one lr multiplier (μP's
     hidden and output rules, CompleteP's depth rules), which Prodigy's one step size cannot follow."""
@@ -274,7 +343,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
-             "advise-proxy-direct": None, "advise-proxy-pair": None}
+             "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -283,7 +352,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change"),
             "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change"),
             "advise-proxy-direct": lambda: proxy_chooser(cache, None),
-            "advise-proxy-pair": lambda: pair_proxy_chooser(cache)}
+            "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache)}
     return {n: every[n] or made[n]() for n in names}
 
 
@@ -357,11 +426,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--families", nargs="+", default=None)
     p.add_argument("--families-dir", default=str(FAMILIES_DIR), help="the families' sweep files")
     p.add_argument("--json", default=None, help="also write every config's rows as JSON")
+    p.add_argument("--table", default=None, help="also write the calibration table of every config (`calibration`)")
     args = p.parse_args(argv)
     runs = Path(args.runs)
     configs = load(runs, args.families, Path(args.families_dir))
     if not configs:
         raise SystemExit(f"no finished config under {runs}")
+    if args.table:
+        from .fit import save_table
+        save_table(calibration_table(configs, runs / "choosers"), Path(args.table))
     results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
     print(overall(results), by_family(configs, results), sep="\n\n")
     if args.json:

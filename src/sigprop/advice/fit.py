@@ -5,8 +5,9 @@ r"""The fit of the advice's constants (`Rule`) on calibration sweeps, and the mo
 
 A *config* (`Case`) is a sweep point without its lr: advise's probe at init (`Probe`, with the last block's token
 correlation), the run's β₁, its schedule area A = Σ_t lr_t/η and the unigram loss of its data, and its runs over
-the lr grid (`GridRun`). A calibration table is a JSON list of such configs (`save_table`, `load_table`); the
-evaluation benchmark (bench/advise.py, ``--table``) writes one from the calibration sweeps of docs/advise.md.
+the lr grid (`GridRun`). A calibration table is a JSON list of such configs (`save_table`, `load_table`); the lr
+benchmark (`sigprop.advice.benchmark`, ``--table``) writes one from its families' sweeps, data/calibration.json, the
+table the shipped constants are fitted on.
 
 Achieved outcome of a run: ``trains`` if it ends at least 0.1 nats below the unigram loss (`trains`); else
 ``diverges`` if its loss became non-finite or its lr is above the largest lr of its config that trains (with AdamW
@@ -230,7 +231,9 @@ def module_text(rule: Rule, data: str, commit: str) -> str:
     """The source of `FITTED`: the fitted constants under a header naming the data and the commit they came from."""
     lines = ["r'''The `Rule` constants fitted by `sigprop.advice.fit`; `rule.Rule` takes them as its defaults.",
              "",
-             "Written by `python -m sigprop.advice.fit TABLE --write`; do not edit by hand.",
+             "Written by `python -m sigprop.advice.fit TABLE --write` at COMMIT from the calibration table DATA names",
+             "(the lr benchmark's: `python -m sigprop.advice.benchmark --runs runs/advise-bench --table TABLE`); do",
+             "not edit by hand.",
              "'''",
              "",
              "DATA = (" + "\n        ".join(map(repr, textwrap.wrap(data, 100, drop_whitespace=False))) + ")",
@@ -260,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(constants(rule), indent=1))
     if args.write:
         digest = hashlib.sha256(args.table.read_bytes()).hexdigest()[:16]
-        data = f"{args.table.name} (sha256 {digest}): {len(cases)} configs, {sum(len(c.runs) for c in cases)} runs"
+        data = f"{args.table} (sha256 {digest}): {len(cases)} configs, {sum(len(c.runs) for c in cases)} runs"
         FITTED.write_text(module_text(rule, data, _commit()))
     return 0
 

@@ -47,9 +47,9 @@ WINDOW = "window"                     # the recommendation's basis √(η_min η
 
 @dataclass(frozen=True)
 class Rule:
-    """The constants of the advice (module docstring). Defaults: the fit of `sigprop.advice.fit` on its calibration
-    sweeps (`sigprop.advice.data.fitted`, with the data and commit they came from); docs/advise.md reports that
-    fit on the calibration and the scoring sweeps apart. Each field's meaning is the comment beside it.
+    """The constants of the advice (module docstring). Defaults: the fit of `sigprop.advice.fit` on every config of
+    the lr benchmark (`sigprop.advice.data.fitted`, with the table and commit they came from); docs/advise.md scores
+    the same fit leave-one-family-out. Each field's meaning is the comment beside it.
 
     Raises:
         ValueError: a ``basis`` or ``edge_basis`` that names no lr scale, a constant that is not a positive
@@ -64,8 +64,9 @@ class Rule:
     top: float = FITTED["top"]       # η_max / η_edge_basis
     kappa: float = FITTED["kappa"]   # progress needed, in units of the gap to the training level
     collapse: float = 0.99           # last block's token correlation at init that makes the stack collapsed
-    caveat: str = ("fitted on small decoders (width 32-128, 2-96 layers, 100-200 steps on the embedded corpus); "
-                   "how far it carries beyond them, and its regret and outcome accuracy there: docs/advise.md")
+    caveat: str = ("fitted on the lr benchmark's small models (decoders, encoders, encoder-decoders and ViTs, width "
+                   "32-256, 2-96 layers, 150-1000 steps on the embedded corpus or the digits); how far it carries "
+                   "beyond them, and its held-out regret and outcome accuracy: docs/advise.md")
 
     def __post_init__(self) -> None:
         if self.basis not in (*LIMITS, WINDOW):
