@@ -5,13 +5,13 @@ Written by `python -m sigprop.advice.fit TABLE --write` at COMMIT from the calib
 not edit by hand.
 '''
 
-DATA = ('src/sigprop/advice/data/calibration.json (sha256 2b505b392cf969c4): 23 configs, 184 runs')
-COMMIT = '8bc59f66592ae7bf28e5e0150277bccc94d6c024'
+DATA = ('src/sigprop/advice/data/calibration.json (sha256 00f0860363bef262): 27 configs, 216 runs')
+COMMIT = '900cd636befb94b7d9eb4ee4f2d320df3b6c004d'
 CONSTANTS = {
-    'basis': 'window',
-    'best': 0.8408964152537145,
-    'lo': 0.5640362230793161,
-    'hi': 2.413841900655904,
+    'basis': 'layer change',
+    'best': 4.0,
+    'lo': 2.20961738920653,
+    'hi': 10.459553890716796,
     'edge_basis': 'edge of stability',
     'top': 8.0,
     'kappa': 64.0,
