@@ -93,3 +93,17 @@ def test_a_pick_ranks_the_candidates_on_the_proxy_within_its_budget(tmp_path):
     assert p.grid[1]["final_loss"] > p.grid[0]["final_loss"]
     with pytest.raises(ValueError, match="candidate"):
         pick_by_proxy(cfg, [], 0.5, out=tmp_path / "proxy", progress=False)
+
+
+def test_a_depth_keeping_proxy_is_the_run_narrower_with_its_steps_cut_to_fit(tmp_path):
+    """``keep_depth``: the proxy has the run's blocks and a smaller width; where six runs of even the narrowest do
+    not fit the budget its horizon is cut, and the plan still fits."""
+    cfg = run(tmp_path, "model.d_model=128", "model.n_layers=16", "train.steps=300", "optim.warmup_steps=30")
+    for budget, cut in ((0.5, False), (0.1, True)):
+        pl = plan(cfg, budget, keep_depth=True)
+        p = pl.proxy
+        assert p.model.n_layers == cfg.model.n_layers and p.model.d_model < cfg.model.d_model
+        assert pl.cost <= budget * (1 + 1e-9) and (p.train.steps < cfg.train.steps) == cut
+        keep = {**SIZE, "model": tuple(k for k in SIZE["model"] if k != "n_layers"), "train": ("steps",),
+                "optim": ("warmup_steps",)}
+        assert without(p.to_dict(), keep) == without(cfg.to_dict(), keep)

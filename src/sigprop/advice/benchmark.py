@@ -27,7 +27,9 @@ same rule with its constants refitted by `sigprop.advice.fit` on every other fam
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
 (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
 `sigprop advise` ships it;
-``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-pair`` —
+``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-deep`` —
+the same with a proxy of the config's depth, only narrower (its steps cut where even the narrowest does not fit
+half a run), carried by the layer-change scale across width alone; ``advise-proxy-pair`` —
 `sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
 on the other families), the better one chosen. The advise choosers
 also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
@@ -301,17 +303,20 @@ def prodigy(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
-def proxy_chooser(cache: Path, basis: str | None) -> Callable[[Config, Sequence[Config]], Choice]:
+def proxy_chooser(cache: Path, basis: str | None, keep_depth: bool = False
+                  ) -> Callable[[Config, Sequence[Config]], Choice]:
     """`sigprop.advice.proxy.advise_by_proxy` at budget `PROXY_BUDGET` with the ``basis`` lr scale (the proxy runs
-    are shared by every basis; cost: the proxy runs), with its outcome per grid lr."""
+    are shared by every basis; cost: the proxy runs), with its outcome per grid lr; ``keep_depth``: a proxy of the
+    config's depth, narrower only."""
     from .proxy import advise_by_proxy
 
     def compute(c: Config) -> dict[str, Any]:
         a = advise_by_proxy(_cfg(c, cache / "tmp"), PROXY_BUDGET, lrs=list(c.lrs), out=cache / "proxy-runs",
-                            progress=False, basis=basis)
+                            progress=False, basis=basis, keep_depth=keep_depth)
         return {"lr": a.recommended_lr, "cost": a.cost, "outcomes": [p["outcome"] for p in a.predictions],
                 "ratio": a.ratio, "grid": a.grid, "cost_s": a.cost_s}
-    cached = _cached(f"proxy-{(basis or 'direct').replace(' ', '-')}", compute, cache)
+    name = f"proxy-{'deep-' if keep_depth else ''}{(basis or 'direct').replace(' ', '-')}"
+    cached = _cached(name, compute, cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
@@ -343,7 +348,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
-             "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None}
+             "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -352,6 +357,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-layer": lambda: proxy_chooser(cache, "layer change"),
             "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change"),
             "advise-proxy-direct": lambda: proxy_chooser(cache, None),
+            "advise-proxy-deep": lambda: proxy_chooser(cache, "layer change", keep_depth=True),
             "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache)}
     return {n: every[n] or made[n]() for n in names}
 

@@ -108,8 +108,10 @@ class Plan:
                 f"{self.cost:.2g} of one training run")
 
 
-def plan(cfg: RunConfig, budget: float, runs: int = MAX_RUNS) -> Plan:
-    """The proxy of ``cfg`` (module docstring, 1.) for a grid of ``runs`` runs within ``budget`` target runs."""
+def plan(cfg: RunConfig, budget: float, runs: int = MAX_RUNS, keep_depth: bool = False) -> Plan:
+    """The proxy of ``cfg`` (module docstring, 1.) for a grid of ``runs`` runs within ``budget`` target runs;
+    ``keep_depth``: only the width shrinks (the proxy has the run's blocks, its steps cut where even the narrowest
+    does not fit), so the ratio carries the optimum across width alone."""
     if not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget {budget!r}: must be a positive fraction of one training run")
     target, m = run_flops(cfg), cfg.model
@@ -117,7 +119,7 @@ def plan(cfg: RunConfig, budget: float, runs: int = MAX_RUNS) -> Plan:
     while widths[-1] // 2 >= MIN_WIDTH and (widths[-1] // 2) % 2 == 0:
         widths.append(widths[-1] // 2)
     depths = [m.n_layers]
-    while depths[-1] // 2 >= MIN_DEPTH:
+    while depths[-1] // 2 >= MIN_DEPTH and not keep_depth:
         depths.append(depths[-1] // 2)
     shapes = [(run_flops(p) / target, p) for p in (shrunk(cfg, w, d) for w in widths for d in depths)]
     fitting = [s for s in shapes if s[0] * runs <= budget]
@@ -278,13 +280,14 @@ def pick_by_proxy(cfg: RunConfig, candidates: Sequence[float], budget: float = 0
 
 
 def advise_by_proxy(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | None = None,
-                    out: str | Path = "runs/advise-proxy", progress: bool = True, basis: str | None = BASIS
-                    ) -> ProxyAdvice:
+                    out: str | Path = "runs/advise-proxy", progress: bool = True, basis: str | None = BASIS,
+                    keep_depth: bool = False) -> ProxyAdvice:
     """The advice of the module docstring for the run ``cfg`` within ``budget`` of one of its training runs;
     ``lrs``: the run's peak lrs to predict (default its ``optim.lr``); the proxy runs go under ``out`` (a rerun
-    reuses them); ``basis``: the lr scale whose ratio carries the optimum (None: none, ratio 1)."""
+    reuses them); ``basis``: the lr scale whose ratio carries the optimum (None: none, ratio 1); ``keep_depth``:
+    a proxy of the run's depth (`plan`)."""
     start = time.perf_counter()
-    pl = plan(cfg, budget)
+    pl = plan(cfg, budget, keep_depth=keep_depth)
     asked = [cfg.optim.lr] if lrs is None else list(lrs)
     target, proxy = advise(cfg, lrs=asked), advise(pl.proxy)
     ratio = transfer_ratio(target, proxy, basis)
