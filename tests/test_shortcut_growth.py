@@ -1,5 +1,5 @@
-"""How training erodes the shortcut of DeepScaleLM's 192-layer Post-LN decoder during warmup (docs/RESULTS_discussion.md,
-dslm-postln-horizon).
+"""How training erodes the shortcut of DeepScaleLM's 192-layer Post-LN decoder during warmup
+(docs/RESULTS_discussion.md, dslm-postln-horizon).
 
 The model and data are those of the claim (width 64, 4 heads, seq 32, batch 8, tuning seed 100); every few steps the
 trainer logs each post-norm sublayer's shortcut factor s (`sigprop.diagnostics.shortcut`), and the *deficit*
@@ -91,17 +91,19 @@ def test_the_cumulative_lr_law_beyond_the_first_phase(runs):
 
 
 def table(out_dir: str = "/tmp/shortcut-growth", stop: int = 300) -> None:
-    """The deficit at the first log (step 10) and at S = 0.0003 … 0.01, at 100 steps, and its peak and end over ``stop`` steps, for
-    peak lrs 1e-4 … 3.33e-3 at warmups 500 and 30, and the lr summed over the first 100 steps; printed as Markdown."""
-    print("| peak lr | warmup | S₁₀₀ = Σ_{t<100} η_t | D at step 10 | D at S = 0.0003, 0.001, 0.003, 0.01 | D at step 100 "
-          "| peak D (step) | D at step 300 |")
+    """The deficit at the first log (step 10) and at S = 0.0003 … 0.01, at 100 steps, and its peak and end over
+    ``stop`` steps, for peak lrs 1e-4 … 3.33e-3 at warmups 500 and 30, and the lr summed over the first 100 steps;
+    printed as Markdown."""
+    print("| peak lr | warmup | S₁₀₀ = Σ_{t<100} η_t | D at step 10 | D at S = 0.0003, 0.001, 0.003, 0.01 "
+          "| D at step 100 | peak D (step) | D at step 300 |")
     print("|---|---|---|---|---|---|---|---|")
     for warmup in (500, 30):
         for lr in (1e-4, 3e-4, 1e-3, 3.33e-3):
             t, s, d = deficits(f"{out_dir}/{lr:g}-{warmup}", lr, warmup, stop, 10)
             cfg = OptimConfig(lr=lr, warmup_steps=warmup, decay="cosine")
             s100 = sum(lr_at(k, STEPS, cfg) for k in range(100))
-            cells = ", ".join(f"{at(x, s, d):.2f}" if s[0] <= x <= s[-1] else "–" for x in (3e-4, 1e-3, 3e-3, 1e-2))
+            cells = ", ".join(f"{at(x, s, d):.2f}" if s[0] <= x <= s[-1] else "–"
+                              for x in (3e-4, 1e-3, 3e-3, 1e-2))
             k = int(np.argmax(d))
             print(f"| {lr:g} | {warmup} | {s100:.3g} | {d[0]:.2f} | {cells} | {at(100, t, d):.2f} | "
                   f"{d[k]:.2f} ({t[k]}) | {d[-1]:.2f} |")
