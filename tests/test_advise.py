@@ -257,6 +257,31 @@ def test_layer_change_is_the_largest_relative_change_of_a_weight_layer():
     assert p.out_change == pytest.approx(second, rel=1e-9)
 
 
+def test_along_the_first_step_is_where_torchs_adamw_steps():
+    """`along_first_step` at S = η is the model after one step of torch's AdamW at lr η (bias-corrected first step
+    g/(|g| + ε), decoupled weight decay), with two groups of different lr multipliers and decays; at S = 0 it is
+    the model at init, and the model itself is left as it was."""
+    from sigprop.advice.probe import Group, along_first_step
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).double()
+    x, y = torch.randn(32, 8, dtype=torch.float64), torch.randn(32, 4, dtype=torch.float64)
+    loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean()
+    first, second = list(net[0].parameters()), list(net[2].parameters())
+    groups = [Group(first, 1.0, 1e-8, 0.1), Group(second, 0.5, 1e-8, 0.0)]
+    init = [p.detach().clone() for p in net.parameters()]
+    lr = 3e-3
+    measure = lambda m: float(loss_fn(m, (x, y)).detach())
+    at = along_first_step(net, groups, loss_fn, (x, y), [0.0, lr], measure)
+    assert all(torch.equal(p, q) for p, q in zip(net.parameters(), init))
+    assert at[0] == pytest.approx(float(measure(net)), rel=1e-12)
+    opt = torch.optim.AdamW([{"params": first, "lr": lr, "weight_decay": 0.1},
+                             {"params": second, "lr": 0.5 * lr, "weight_decay": 0.0}], eps=1e-8)
+    loss_fn(net, (x, y)).backward()
+    opt.step()
+    assert at[1] == pytest.approx(float(measure(net)), rel=1e-9)
+
+
 @pytest.mark.parametrize("config", ["tiny_encoder.toml", "encdec.toml"])
 def test_advise_judges_an_encoder_and_an_encoder_decoder_run(config, tmp_path):
     """Masked LM and the encoder–decoder (the exponents of its encoder stack) from their run configs: finite

@@ -120,6 +120,24 @@ class _Params:
             i += n
 
 
+    def first_direction(self, g: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """d = −μ_k (g/(|g| + ε_k) + w_k θ): AdamW's first step per unit peak lr (module docstring)."""
+        return -self.mult * (g / (g.abs() + self.eps) + self.wd * theta)
+
+
+def _twin(model: nn.Module, groups: Sequence[Group]) -> tuple[nn.Module, _Params]:
+    """A float64 copy of ``model`` and its parameters as ``groups`` name the original's (the model is left as it
+    is)."""
+    originals = [p for g in groups for p in g.params]
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    if not originals or any(id(p) not in index for p in originals):
+        raise ValueError("advise: the optimizer groups must hold trainable parameters of the model")
+    twin = copy.deepcopy(model).double()
+    twin_params = list(twin.parameters())
+    return twin, _Params(twin, [Group([twin_params[index[id(p)]] for p in g.params], g.lr_mult, g.eps,
+                                      g.weight_decay) for g in groups])
+
+
 def _grad(model: nn.Module, params: _Params, loss_fn: LossFn, batch: Any, seed: int) -> torch.Tensor:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)                     # the same dropout masks at every θ (finite differences)
@@ -227,14 +245,7 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     of its own (default: ``loss_fn`` on the held-out batch)."""
     if iterations < 1:
         raise ValueError(f"advise: iterations={iterations} must be >= 1 (Lanczos steps)")
-    originals = [p for g in groups for p in g.params]
-    index = {id(p): i for i, p in enumerate(model.parameters())}
-    if not originals or any(id(p) not in index for p in originals):
-        raise ValueError("advise: the optimizer groups must hold trainable parameters of the model")
-    twin = copy.deepcopy(model).double()
-    twin_params = list(twin.parameters())
-    groups = [Group([twin_params[index[id(p)]] for p in g.params], g.lr_mult, g.eps, g.weight_decay) for g in groups]
-    ps = _Params(twin, groups)
+    twin, ps = _twin(model, groups)
     theta = ps.get()
     passes = 0.0
 
@@ -242,7 +253,7 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
     passes += 1
     if not torch.isfinite(g).all():
         raise ValueError("advise: the gradient at init is not finite; the model cannot be judged at this init")
-    direction = -ps.mult * (g / (g.abs() + ps.eps) + ps.wd * theta)
+    direction = ps.first_direction(g, theta)
     slope = float(-(g @ direction))
 
     scale = (ps.mult / (ps.tensor_rms(g) + ps.eps)).sqrt()          # S = P^{-1/2}
@@ -292,3 +303,20 @@ def probe(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, output_fn:
                  logit_growth=(_max_logit(after) - _max_logit(before)) / step,
                  corr_growth=(last_corr(after) - last_corr(before)) / step,
                  line=tuple(line), records=tuple(before), passes=passes)
+
+
+def along_first_step(model: nn.Module, groups: Sequence[Group], loss_fn: LossFn, train_batch: Any,
+                     sums: Sequence[float], measure: Callable[[nn.Module], float], seed: int = 0) -> list[float]:
+    """``measure`` of a float64 copy of ``model`` at θ₀ + S·d for each S in ``sums``, d = AdamW's first direction
+    on ``train_batch`` (module docstring). While every coordinate's gradient keeps its sign, Adam's update is
+    m̂/√v̂ = ±1 per coordinate and t steps move θ₀ by S = Σ_{τ<t} η_τ along d, whatever schedule made the sum: this
+    is then the trained model's ``measure`` after lr sum S, predicted before any step."""
+    twin, ps = _twin(model, groups)
+    theta = ps.get()
+    direction = ps.first_direction(_grad(twin, ps, loss_fn, train_batch, seed), theta)
+    out = []
+    for S in sums:
+        ps.set(theta + S * direction)
+        with torch.no_grad():
+            out.append(float(measure(twin)))
+    return out
