@@ -98,7 +98,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
             model = construct(cfg)
         if cfg.hf_family is None:
             initialize(model, cfg, get_scheme(cfg.scheme))
-            calibrate(model, batch)
+        calibrate(model, batch)
     return model
 
 
