@@ -64,9 +64,10 @@ class Rule:
     top: float = FITTED["top"]       # η_max / η_edge_basis
     kappa: float = FITTED["kappa"]   # progress needed, in units of the gap to the training level
     collapse: float = 0.99           # last block's token correlation at init that makes the stack collapsed
-    caveat: str = ("fitted on the lr benchmark's small models (decoders, encoders, encoder-decoders and ViTs, width "
-                   "32-256, 2-96 layers, 150-1000 steps on the embedded corpus or the digits); how far it carries "
-                   "beyond them, and its held-out regret and outcome accuracy: docs/advise.md")
+    caveat: str = ("fitted on the lr benchmark's small models (decoders, transformers GPT-2 and LLaMA among them, "
+                   "encoders, encoder-decoders and ViTs, width 32-256, 2-96 layers, 150-1000 steps on the embedded "
+                   "corpus or the digits); how far it carries beyond them, and its held-out regret and outcome "
+                   "accuracy: docs/advise.md")
 
     def __post_init__(self) -> None:
         if self.basis not in (*LIMITS, WINDOW):
