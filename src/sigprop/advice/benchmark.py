@@ -31,7 +31,9 @@ same rule with its constants refitted by `sigprop.advice.fit` on every other fam
 the same with a proxy of the config's depth, only narrower (its steps cut where even the narrowest does not fit
 half a run), carried by the layer-change scale across width alone; ``advise-proxy-pair`` —
 `sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
-on the other families), the better one chosen. The advise choosers
+on the other families), the better one chosen; ``halving`` — successive halving (`sigprop.advice.halving`) over a
+bracket of grid lrs centred on ``advise-lofo``'s lr, its schedule chosen on the other families, read off the grid
+runs (an arm stopped at step n is the first n steps of its grid run). The advise choosers
 also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
 
 The second command also writes the *calibration table* (`calibration_table`): every config's probe at init and runs
@@ -80,6 +82,7 @@ class Config:
     level: float
     run: dict[str, Any]              # the run-config mapping (its lr is the grid's first)
     run_s: float                     # median wall seconds of one of its training runs
+    dirs: tuple[str, ...] = ()       # per grid lr: its run folder
 
     @property
     def best(self) -> float:
@@ -129,7 +132,8 @@ def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FA
             out.append(Config(family, key, tuple(grid), tuple(ended_at(r) for r in runs_),
                               tuple(r["initial_val_loss"] for r in runs_), tuple(r["diverged"] for r in runs_),
                               unigram_loss(runs_[0]["config"]["train"]["out_dir"]), runs_[0]["config"],
-                              statistics.median(r["wall_s"] for r in runs_)))
+                              statistics.median(r["wall_s"] for r in runs_),
+                              tuple(r["config"]["train"]["out_dir"] for r in runs_)))
     return out
 
 
@@ -139,7 +143,8 @@ def least_regret(configs: Sequence[Config], k: int) -> tuple[float, ...]:
     return min(itertools.combinations(grid, k), key=lambda c: statistics.fmean(x.regret(c) for x in configs))
 
 
-Choice = dict[str, Any]   # "lrs" to train at, "cost" in runs; maybe "said" (outcome per grid lr), "loss" (its own run)
+Choice = dict[str, Any]   # "lrs" to train at, "cost" in runs; maybe "said" (outcome per grid lr), "loss" (its own
+                          # run), "note" (a caveat, marked in the tables), "detail" (how it chose)
 
 
 def fixed(k: int, hindsight: bool = False) -> Callable[[Config, Sequence[Config]], Choice]:
@@ -270,6 +275,64 @@ def lofo_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
+def train_losses(run_dir: str) -> dict[int, float]:
+    """Step → training loss of a run's ``metrics.jsonl`` (a step logged twice, around a resume: the later)."""
+    from ..train.logging import read_jsonl
+    return {r["step"]: r["loss"] for r in read_jsonl(Path(run_dir) / "metrics.jsonl", "train")}
+
+
+def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """Successive halving (`sigprop.advice.halving`) read off the config's grid runs: an arm stopped at step n is
+    the first n steps of the grid run at its lr, so its rung loss is read from that run's training losses. The
+    bracket is the schedule's count of grid lrs centred on the grid lr nearest the rule's lr at init (constants
+    refitted, as in ``advise-lofo``, on every config of the other families, `calibration`), shifted to lie within
+    the grid. The schedule, of `SCHEDULES`, is the one of least mean regret over the other families' configs (their
+    brackets centred by the rule refitted without either family), the cheaper on a tie. Cost: the schedule's extra
+    runs plus the probe's wall time over one run's; outcomes: the rule's."""
+    from .fit import fit
+    from .halving import SCHEDULES, halve, rung_loss
+    from .rule import outcome
+
+    read, cases = calibration(cache), {}
+
+    def case(c: Config) -> tuple[Case, float] | None:
+        if c.family + c.key not in cases:
+            cases[c.family + c.key] = read(c)
+        return cases[c.family + c.key]
+    rules: dict[frozenset[str], Any] = {}
+    losses: dict[str, dict[int, float]] = {}
+
+    def decision(c: Config, every: Sequence[Config], out: frozenset[str]) -> Any:
+        if out not in rules:
+            rules[out] = fit([case(x)[0] for x in every if x.family not in out])
+        return case(c)[0].decide(rules[out])
+
+    def pick(c: Config, s: Any, every: Sequence[Config], out: frozenset[str]) -> float:
+        lr = decision(c, every, out).recommended
+        centre = min(range(len(c.lrs)), key=lambda i: abs(math.log(c.lrs[i] / lr)))
+        lo = min(max(0, centre - s.arms // 2), len(c.lrs) - s.arms)
+        arms = dict(zip(c.lrs[lo:lo + s.arms], c.dirs[lo:lo + s.arms]))
+        for d in arms.values():
+            losses.setdefault(d, train_losses(d))
+        steps = c.run["train"]["steps"]
+        return halve(list(arms), lambda lr, n: rung_loss(losses[arms[lr]], n, steps), s, steps)[0]
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        others = [x for x in every if x.family != c.family]
+        if not others or any(case(x) is None for x in every):         # no other family, or a probe missing
+            return NO_ANSWER
+        try:
+            s = min(SCHEDULES, key=lambda s: (statistics.fmean(
+                x.regret([pick(x, s, every, frozenset((c.family, x.family)))]) for x in others), s.extra))
+            d = decision(c, every, frozenset((c.family,)))
+            lr = pick(c, s, every, frozenset((c.family,)))
+        except ValueError:                              # the scales the rule reads are not measurable here
+            return NO_ANSWER
+        return {"lrs": (lr,), "cost": s.extra + case(c)[1] / c.run_s, "said": [outcome(x, d)[0] for x in c.lrs],
+                "detail": str(s)}
+    return choose
+
+
 def per_role_lrs(c: Config) -> bool:
     """Whether the config's scheme and parametrization give its parameter groups more than one lr multiplier (μP's
     hidden and output rules, CompleteP's depth rules), which Prodigy's one step size cannot follow."""
@@ -348,7 +411,8 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
     every = {"fixed": fixed(1), "pair": fixed(2), "fixed-hindsight": fixed(1, True),
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
-             "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None}
+             "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None,
+             "halving": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -358,7 +422,8 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-median": lambda: proxy_chooser(cache, "median layer change"),
             "advise-proxy-direct": lambda: proxy_chooser(cache, None),
             "advise-proxy-deep": lambda: proxy_chooser(cache, "layer change", keep_depth=True),
-            "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache)}
+            "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache),
+            "halving": lambda: halving_chooser(cache)}
     return {n: every[n] or made[n]() for n in names}
 
 
@@ -376,7 +441,8 @@ def score(configs: Sequence[Config], chooser: Callable[[Config, Sequence[Config]
         ch = chooser(c, configs)
         regret = ch["loss"] - c.best if "loss" in ch else c.regret(ch["lrs"]) if ch["lrs"] else math.inf
         rows.append({"family": c.family, "key": c.key, "lrs": list(ch["lrs"]), "cost": ch["cost"], "regret": regret,
-                     "said": ch.get("said"), "achieved": c.outcomes(), "note": ch.get("note", "")})
+                     "said": ch.get("said"), "achieved": c.outcomes(), "note": ch.get("note", ""),
+                     "detail": ch.get("detail", "")})
     return rows
 
 
