@@ -114,3 +114,63 @@ def test_advise_lofo_decides_each_config_by_the_rule_fitted_on_the_other_familie
         assert choose(c, configs) == {"lrs": (d.recommended,), "cost": 0.2,
                                       "said": [outcome(lr, d)[0] for lr in c.lrs]}
         assert d.recommended != pytest.approx(x.decide(every).recommended, rel=0.1)
+
+
+def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_the_other_families_choose(tmp_path):
+    """The halving chooser centres each config's bracket on the grid lr nearest the rule refitted without its family,
+    reads every arm's rung loss off that grid run's training losses, and halves by the schedule of least mean regret
+    on the other families. The planted runs lead early at the larger lrs (a fast start that ends worse), so a short
+    rung misleads and the schedules differ."""
+    import json
+    from dataclasses import replace
+
+    from sigprop.advice import fit as F
+    from sigprop.advice.benchmark import _cached, halving_chooser
+    from sigprop.advice.halving import SCHEDULES, halve, rung_loss
+    from test_advice_fit import planted
+
+    steps, configs, cases = 100, [], []
+    for f, seed in enumerate((0, 1, 2)):
+        for i, x in enumerate(planted(seed, 3)):
+            dirs = []
+            for r in x.runs:
+                d = tmp_path / "runs" / f"{f}-{i}-{r.lr:g}"
+                d.mkdir(parents=True)
+                final = 9.0 if r.diverged else r.loss
+                tau = 30.0 * (r.lr / x.runs[0].lr) ** -0.5
+                d.joinpath("metrics.jsonl").write_text("".join(
+                    json.dumps({"step": s, "kind": "train", "loss": final + 2.0 * math.exp(-s / tau)}) + "\n"
+                    for s in range(1, steps + 1)))
+                dirs.append(str(d))
+            cases.append(replace(x, name=f"{'abc'[f]} c{i}"))
+            configs.append(Config("abc"[f], f"c{i}", tuple(r.lr for r in x.runs),
+                                  tuple(x.initial_loss if x.diverged else x.loss for x in x.runs),
+                                  tuple(r.initial_loss for r in x.runs), tuple(r.diverged for r in x.runs), x.unigram,
+                                  {"train": {"steps": steps}}, 10.0, tuple(dirs)))
+    rows = {c.family + c.key: {**F.case_row(replace(x, runs=())), "cost_s": 2.0} for c, x in zip(configs, cases)}
+    for c in configs:
+        _cached("probe", lambda c: rows[c.family + c.key], tmp_path)(c, configs)
+
+    fits = {}
+
+    def pick(c, s, out):
+        key = frozenset(out)
+        if key not in fits:
+            fits[key] = F.fit([y for e, y in zip(configs, cases) if e.family not in out])
+        lr = cases[configs.index(c)].decide(fits[key]).recommended
+        i = min(range(len(c.lrs)), key=lambda j: abs(math.log(c.lrs[j] / lr)))
+        lo = min(max(0, i - s.arms // 2), len(c.lrs) - s.arms)
+        arms = dict(zip(c.lrs[lo:lo + s.arms], c.dirs[lo:lo + s.arms]))
+        losses = {lr: {s_: json.loads(line)["loss"] for s_, line in enumerate(open(f"{d}/metrics.jsonl"), 1)}
+                  for lr, d in arms.items()}
+        return halve(list(arms), lambda lr, n: rung_loss(losses[lr], n, steps), s, steps)[0]
+
+    choose, chosen = halving_chooser(tmp_path), set()
+    for c in configs:
+        others = [x for x in configs if x.family != c.family]
+        s = min(SCHEDULES, key=lambda s: (sum(x.regret([pick(x, s, {c.family, x.family})]) for x in others), s.extra))
+        row = choose(c, configs)
+        assert row["lrs"] == (pick(c, s, {c.family}),) and row["detail"] == str(s)
+        assert row["cost"] == pytest.approx(s.extra + 0.2)
+        chosen.add(str(s))
+    assert len(chosen) > 1

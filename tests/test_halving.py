@@ -1,12 +1,27 @@
-"""Successive halving over peak lrs (`sigprop.advice.halving`): its cost formula, its cuts, its rung loss, and the
-property the lr benchmark reads it off the grid runs by: an arm stopped at step n is the first n steps of the run."""
+"""Successive halving over peak lrs (`sigprop.advice.halving`): its cost formula, its cuts, its rung loss, the
+property the lr benchmark reads it off the grid runs by (an arm stopped at step n is the first n steps of the run),
+and `sigprop advise` running it on the run itself within its budget."""
 import math
 import random
 
 import pytest
 
 from helpers import CONFIGS
-from sigprop.advice.halving import SCHEDULES, SPACING, Schedule, bracket, halve, rung_loss, rung_step
+from sigprop.advice.halving import (
+    MAX_EXTRA,
+    SCHEDULES,
+    SPACING,
+    Schedule,
+    advise_by_halving,
+    arm_folder,
+    bracket,
+    halve,
+    rung_loss,
+    rung_step,
+    schedule_for,
+    train_losses,
+)
+from sigprop.cli import main
 from sigprop.train import load_config
 from sigprop.train.logging import read_jsonl
 from sigprop.train.one_run import run_once
@@ -81,3 +96,50 @@ def test_an_arm_stopped_at_step_n_is_the_first_n_steps_of_the_run(tmp_path):
     run_once(cfg)
     resumed = {r["step"]: r["loss"] for r in read_jsonl(tmp_path / "arm" / "metrics.jsonl", "train")}
     assert [resumed[s] for s in range(1, 13)] == pytest.approx([losses["full"][s] for s in range(1, 13)], rel=1e-6)
+
+
+SMALL = ["data.seq_len=16", "model.max_seq_len=16", "data.max_chars=30000", "model.vocab_size=300",
+         "train.batch_size=8", "train.steps=40", "optim.warmup_steps=4", "train.eval_every=20"]
+
+
+def test_halving_on_the_run_is_halving_read_off_its_full_runs_and_its_survivor_goes_on_as_the_full_run(tmp_path):
+    """`advise_by_halving` trains the arms to the rungs only (within the budget), keeps what the same halving
+    read off the full runs at the arms' lrs keeps, and its survivor, resumed, ends where the full run ends."""
+    cfg = load_config(CONFIGS / "tiny_decoder.toml", [*SMALL, f"train.out_dir={tmp_path / 'run'}"])
+    a = advise_by_halving(cfg, 0.5, lrs=[1e-3, 1e2], out=tmp_path / "arms", progress=False)
+    s = schedule_for(0.5)
+    assert a.cost == pytest.approx(s.extra) and a.cost <= 0.5
+    arms = sorted({r["lr"] for r in a.rungs})
+    assert len(arms) == s.arms and arms[len(arms) // 2] == pytest.approx(a.target.recommended_lr, rel=0.01)
+    ran = {lr: max(train_losses(arm_folder(cfg, lr, tmp_path / "arms"))) for lr in arms}
+    assert sum(n for lr, n in ran.items() if lr != a.recommended_lr) / cfg.train.steps <= s.extra + 1e-9
+    assert ran[a.recommended_lr] == a.resume_step == rung_step(s.rungs[-1], cfg.train.steps)
+    full = {}
+    for lr in arms:
+        run_once(load_config(CONFIGS / "tiny_decoder.toml", [*SMALL, f"optim.lr={lr}",
+                                                             f"train.out_dir={tmp_path / str(lr)}"]))
+        full[lr] = train_losses(tmp_path / str(lr))
+    lr, log = halve(arms, lambda lr, n: rung_loss(full[lr], n, cfg.train.steps), s, cfg.train.steps)
+    assert lr == a.recommended_lr
+    assert [x["loss"] for x in log] == pytest.approx([x["loss"] for x in a.rungs], rel=1e-6)
+    assert [p["outcome"] for p in a.predictions] == [p["outcome"] for p in a.target.predictions]
+    go_on = load_config(CONFIGS / "tiny_decoder.toml", [*SMALL, f"optim.lr={lr}", "train.resume=true",
+                                                        f"train.out_dir={a.run_dir}"])
+    run_once(go_on)
+    assert train_losses(a.run_dir)[cfg.train.steps] == pytest.approx(full[lr][cfg.train.steps], rel=1e-6)
+    again = advise_by_halving(cfg, 0.5, out=tmp_path / "arms", progress=False)    # a rerun reuses the arms
+    assert again.recommended_lr == a.recommended_lr and again.cost_s < a.cost_s
+
+
+def test_a_budget_below_the_cheapest_schedule_is_refused_and_the_cli_states_its_cost(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"--budget 0.05: successive halving needs at least 0.1"):
+        schedule_for(0.05)
+    assert schedule_for(0.2).extra <= 0.2 and schedule_for(10).extra <= MAX_EXTRA
+    tiny = str(CONFIGS / "tiny_decoder.toml")
+    assert main(["advise", "--config", tiny, "--budget", "0.05"]) == 2
+    assert "needs at least 0.1" in capsys.readouterr().err
+    sets = [x for s in SMALL for x in ("--set", s)]
+    assert main(["advise", "--config", tiny, *sets, "--out", str(tmp_path / "arms"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("successive halving: 3 lrs") and "besides the run it leaves" in out
+    assert "recommended lr" in out and "continue it with train.resume=true" in out

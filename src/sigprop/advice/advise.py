@@ -140,6 +140,13 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def with_target(result: Any) -> dict[str, Any]:
+    """A trained advice's fields (a dataclass with a ``target``, the run's own `Advice`), JSON-safe, the run's
+    rule-based report under ``target``."""
+    out = {k: v for k, v in dataclasses.asdict(result).items() if k != "target"}
+    return _finite({**out, "target": result.target.to_json() if result.target else None})
+
+
 def lm_loss(z_loss: float = 0.0):
     """The run's loss on a `Batch`, in the model's dtype: mean cross-entropy over target positions (+ z-loss)."""
     of_logits = logits_loss(z_loss)

@@ -4,6 +4,7 @@ choose a learning rate scored on it, leave-one-family-out.
     sigprop sweep --config configs/advise_bench/FAMILY.toml --resume        # the data, one sweep per family
     python -m sigprop.advice.benchmark --runs runs/advise-bench     # the table (choosers cached per config)
     python -m sigprop.advice.benchmark --runs runs/advise-bench --table src/sigprop/advice/data/calibration.json
+    python -m sigprop.advice.benchmark --runs runs/advise-bench --schedules src/sigprop/advice/data/halving_scores.py
 
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
@@ -275,40 +276,31 @@ def lofo_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
-def train_losses(run_dir: str) -> dict[int, float]:
-    """Step → training loss of a run's ``metrics.jsonl`` (a step logged twice, around a resume: the later)."""
-    from ..train.logging import read_jsonl
-    return {r["step"]: r["loss"] for r in read_jsonl(Path(run_dir) / "metrics.jsonl", "train")}
-
-
-def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
-    """Successive halving (`sigprop.advice.halving`) read off the config's grid runs: an arm stopped at step n is
-    the first n steps of the grid run at its lr, so its rung loss is read from that run's training losses. The
-    bracket is the schedule's count of grid lrs centred on the grid lr nearest the rule's lr at init (constants
-    refitted, as in ``advise-lofo``, on every config of the other families, `calibration`), shifted to lie within
-    the grid. The schedule, of `SCHEDULES`, is the one of least mean regret over the other families' configs (their
-    brackets centred by the rule refitted without either family), the cheaper on a tie. Cost: the schedule's extra
-    runs plus the probe's wall time over one run's; outcomes: the rule's."""
+def halving_picks(cache: Path) -> Callable[[Config, Any, Sequence[Config], frozenset[str]], float]:
+    """``pick(c, schedule, every, out)``: the lr successive halving (`sigprop.advice.halving.halve`) by
+    ``schedule`` keeps on config ``c``, read off its grid runs (an arm stopped at step n is the first n steps of
+    the grid run at its lr), over the schedule's count of grid lrs centred on the grid lr nearest the rule's lr at
+    init (constants refitted, as in ``advise-lofo``, on every config in ``every`` whose family is not in ``out``,
+    `calibration`), shifted to lie within the grid. Raises ValueError where the rule cannot judge ``c``. Its
+    attributes ``case`` (`calibration`, read once per config) and ``rule(out)`` (the refitted rule) are what it
+    read."""
     from .fit import fit
-    from .halving import SCHEDULES, halve, rung_loss
-    from .rule import outcome
+    from .halving import halve, rung_loss, train_losses
 
-    read, cases = calibration(cache), {}
+    read, cases, rules, losses = calibration(cache), {}, {}, {}
 
     def case(c: Config) -> tuple[Case, float] | None:
         if c.family + c.key not in cases:
             cases[c.family + c.key] = read(c)
         return cases[c.family + c.key]
-    rules: dict[frozenset[str], Any] = {}
-    losses: dict[str, dict[int, float]] = {}
 
-    def decision(c: Config, every: Sequence[Config], out: frozenset[str]) -> Any:
+    def rule(every: Sequence[Config], out: frozenset[str]) -> Any:
         if out not in rules:
             rules[out] = fit([case(x)[0] for x in every if x.family not in out])
-        return case(c)[0].decide(rules[out])
+        return rules[out]
 
     def pick(c: Config, s: Any, every: Sequence[Config], out: frozenset[str]) -> float:
-        lr = decision(c, every, out).recommended
+        lr = case(c)[0].decide(rule(every, out)).recommended
         centre = min(range(len(c.lrs)), key=lambda i: abs(math.log(c.lrs[i] / lr)))
         lo = min(max(0, centre - s.arms // 2), len(c.lrs) - s.arms)
         arms = dict(zip(c.lrs[lo:lo + s.arms], c.dirs[lo:lo + s.arms]))
@@ -316,21 +308,63 @@ def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]
             losses.setdefault(d, train_losses(d))
         steps = c.run["train"]["steps"]
         return halve(list(arms), lambda lr, n: rung_loss(losses[arms[lr]], n, steps), s, steps)[0]
+    pick.case, pick.rule = case, rule
+    return pick
+
+
+def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """Successive halving read off the grid runs (`halving_picks`, its bracket centred by the rule refitted without
+    the config's family) by the schedule, of `sigprop.advice.halving.SCHEDULES`, of least mean regret over the
+    other families' configs (their brackets centred by the rule refitted without either family), the cheaper on a
+    tie. Cost: the schedule's extra runs plus the probe's wall time over one run's; outcomes: the rule's."""
+    from .halving import SCHEDULES
+    from .rule import outcome
+
+    pick = halving_picks(cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
-        others = [x for x in every if x.family != c.family]
-        if not others or any(case(x) is None for x in every):         # no other family, or a probe missing
+        others, out = [x for x in every if x.family != c.family], frozenset((c.family,))
+        if not others or any(pick.case(x) is None for x in every):       # no other family, or a probe missing
             return NO_ANSWER
         try:
             s = min(SCHEDULES, key=lambda s: (statistics.fmean(
                 x.regret([pick(x, s, every, frozenset((c.family, x.family)))]) for x in others), s.extra))
-            d = decision(c, every, frozenset((c.family,)))
-            lr = pick(c, s, every, frozenset((c.family,)))
+            lr = pick(c, s, every, out)
         except ValueError:                              # the scales the rule reads are not measurable here
             return NO_ANSWER
-        return {"lrs": (lr,), "cost": s.extra + case(c)[1] / c.run_s, "said": [outcome(x, d)[0] for x in c.lrs],
-                "detail": str(s)}
+        d = pick.case(c)[0].decide(pick.rule(every, out))
+        return {"lrs": (lr,), "cost": s.extra + pick.case(c)[1] / c.run_s,
+                "said": [outcome(x, d)[0] for x in c.lrs], "detail": str(s)}
     return choose
+
+
+def schedule_table(configs: Sequence[Config], cache: Path) -> list[dict[str, Any]]:
+    """Per schedule of `sigprop.advice.halving.SCHEDULES`: its fields, extra cost, and mean regret and share ≤
+    `NEAR` over every config (each bracket centred by the rule refitted without the config's family), the table
+    `sigprop.advice.halving.schedule_for` chooses a budget's schedule from."""
+    from .halving import SCHEDULES
+
+    pick = halving_picks(cache)
+    out = []
+    for s in SCHEDULES:
+        r = [c.regret([pick(c, s, configs, frozenset((c.family,)))]) for c in configs]
+        out.append({**dataclasses.asdict(s), "extra": s.extra, "mean_regret": statistics.fmean(r),
+                    "near": sum(x <= NEAR for x in r) / len(r)})
+    return out
+
+
+def write_schedules(rows: Sequence[dict[str, Any]], n: int, path: Path) -> None:
+    """``rows`` (`schedule_table` over ``n`` configs) as a Python module of one list, ``SCORES``, with how it was
+    made."""
+    body = ",\n    ".join(repr({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}) for r in rows)
+    doc = "\n".join([
+        f"The halving schedules scored on the lr benchmark's {n} configs (`sigprop.advice.benchmark.schedule_table`):",
+        "per schedule its arms, rungs, keeps, extra cost in runs, and mean regret and share within "
+        f"{NEAR} nats of the",
+        "grid's best over every config, each bracket centred by the rule refitted without the config's family.", "",
+        "Written by", f"    python -m sigprop.advice.benchmark --runs runs/advise-bench --schedules {path.as_posix()}",
+        "do not edit by hand.", ""])
+    write_atomic(path, f'"""{doc}"""\n\nSCORES = [\n    {body},\n]\n')
 
 
 def per_role_lrs(c: Config) -> bool:
@@ -499,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--families-dir", default=str(FAMILIES_DIR), help="the families' sweep files")
     p.add_argument("--json", default=None, help="also write every config's rows as JSON")
     p.add_argument("--table", default=None, help="also write the calibration table of every config (`calibration`)")
+    p.add_argument("--schedules", default=None, help="also write the halving schedules' scores (`schedule_table`) "
+                   "as the Python module `sigprop.advice.halving.schedule_for` reads")
     args = p.parse_args(argv)
     runs = Path(args.runs)
     configs = load(runs, args.families, Path(args.families_dir))
@@ -507,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.table:
         from .fit import save_table
         save_table(calibration_table(configs, runs / "choosers"), Path(args.table))
+    if args.schedules:
+        write_schedules(schedule_table(configs, runs / "choosers"), len(configs), Path(args.schedules))
     results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
     print(overall(results), by_family(configs, results), sep="\n\n")
     if args.json:

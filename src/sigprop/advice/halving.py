@@ -13,14 +13,24 @@ r_j of a run, so extra = Σ_j (a_j − k_j) r_j, with a_j arms entering rung j a
 before the rung is counted as if it had run to it).
 
 The bracket is `bracket`: ``arms`` lrs `SPACING` apart, centred on the rule's lr at init
-(`sigprop.advice.rule`); its width and the rungs are a `Schedule`. Which schedule, of `SCHEDULES`, is the one
-whose held-out regret on the lr benchmark is least among those within `MAX_EXTRA` (docs/advise.md).
+(`sigprop.advice.rule`); its width and the rungs are a `Schedule`. For a budget, `schedule_for` takes the schedule of
+`SCHEDULES` within it whose regret on the lr benchmark is least (``data/halving_scores.py``, each config's bracket
+centred by the rule refitted without its family; docs/advise.md has the held-out figures). `advise_by_halving`
+runs it on a run config: the arms are runs under ``out``, and the survivor's folder, stopped at the last rung, is
+the training run to continue (``train.resume``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..console import UserError
+from ..train.config import RunConfig
 
 SPACING = 3.0        # ratio of neighbouring arms
 WINDOW = 0.02        # share of the run's steps whose mean training loss ranks the arms at a rung ...
@@ -99,4 +109,125 @@ def halve(lrs: Sequence[float], loss_at: Callable[[float, int], float], schedule
     return alive[0], log
 
 
-__all__ = ["MAX_EXTRA", "SCHEDULES", "SPACING", "Schedule", "bracket", "halve", "rung_loss", "rung_step"]
+def train_losses(run_dir: str | Path) -> dict[int, float]:
+    """Step → training loss of a run's ``metrics.jsonl`` (a step logged twice, around a resume: the later)."""
+    from ..train.logging import read_jsonl
+    path = Path(run_dir) / "metrics.jsonl"
+    return {r["step"]: r["loss"] for r in read_jsonl(path, "train")} if path.exists() else {}
+
+
+def schedule_for(budget: float) -> Schedule:
+    """The schedule of `SCHEDULES` whose extra cost is within ``budget`` (runs) with the least mean regret on the
+    lr benchmark (``data/halving_scores.py``), the cheaper on a tie. UserError (a ValueError) if none fits, naming
+    the least budget that would do."""
+    from .data.halving_scores import SCORES
+
+    fits = [r for r in SCORES if r["extra"] <= budget + 1e-12]
+    if not fits:
+        least = min(r["extra"] for r in SCORES)
+        raise UserError(f"--budget {budget:g}: successive halving needs at least {least:.2g} of one training run")
+    best = min(fits, key=lambda r: (r["mean_regret"], r["extra"]))
+    return Schedule(best["arms"], tuple(best["rungs"]), tuple(best["keep"]))
+
+
+@dataclass(frozen=True)
+class HalvingAdvice:
+    """What successive halving did on the run and what it says of it (module docstring)."""
+
+    recommended_lr: float
+    schedule: str                                    # `Schedule.__str__`
+    rungs: list[dict[str, float]]                    # per rung and arm: rung, step, lr, loss (`halve`)
+    run_dir: str                                     # the survivor's run, stopped at the last rung
+    resume_step: int                                 # the step it stopped at
+    predictions: list[dict[str, Any]]                # per asked lr: lr, outcome, reason (the rule's at init)
+    cost: float                                      # the cut arms' steps, in training runs of the run
+    cost_s: float                                    # wall seconds, the probe and the arms
+    collapsed: bool = False
+    target: Any = field(default=None, repr=False)    # the run's `Advice` at init
+
+    def table(self) -> str:
+        """The terminal table."""
+        rows = [f"successive halving: {self.schedule}, centred on the rule's lr at init "
+                f"{self.target.recommended_lr:.3g}" if self.target else self.schedule]
+        rows += [f"  rung {r['rung']:g} (step {r['step']:.0f})  lr {r['lr']:10.3g}  train loss {r['loss']:.4f}"
+                 for r in self.rungs]
+        rows.append(f"recommended lr       {self.recommended_lr:.3g}")
+        if self.collapsed:
+            rows.append("the run's stack is rank-collapsed at init: it stalls at every lr (nothing trained)")
+        else:
+            rows.append(f"its run, stopped at step {self.resume_step}: {self.run_dir} "
+                        "(continue it with train.resume=true and this train.out_dir)")
+        rows += [f"  {'lr':>10s}  {'outcome':9s}  reason"]
+        rows += [f"  {p['lr']:10.3g}  {p['outcome']:9s}  {p['reason']}" for p in self.predictions]
+        rows.append(f"cost: {self.cost:.2g} of one training run besides the run it leaves, {self.cost_s:.0f} s")
+        return "\n".join(rows)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (the run's own rule-based report under ``target``)."""
+        from .advise import with_target
+        return with_target(self)
+
+
+def arm_folder(cfg: RunConfig, lr: float, out: str | Path) -> Path:
+    """The folder under ``out`` of ``cfg``'s arm at peak ``lr``, named by the hash of its run tables (a rerun
+    reuses it)."""
+    tables = cfg.to_dict()
+    del tables["train"]["out_dir"]
+    tables["optim"]["lr"] = lr
+    tag = hashlib.sha1(json.dumps(tables, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(out) / f"lr{lr:g}-{tag}"
+
+
+def train_arm(cfg: RunConfig, lr: float, n: int, out: str | Path) -> float:
+    """Train ``cfg`` at peak ``lr`` to step ``n`` in its `arm_folder` (from the arm's last checkpoint if it has one:
+    ``train.stop_at``, ``train.resume``) and return its `rung_loss` there."""
+    from ..train.config import from_mapping
+    from ..train.one_run import run_once
+
+    run_dir = arm_folder(cfg, lr, out)
+    losses = train_losses(run_dir)
+    if max(losses, default=0) < n and not any(not math.isfinite(x) for x in losses.values()):
+        raw = cfg.to_dict()
+        raw["optim"]["lr"] = lr
+        raw["train"].update(out_dir=str(run_dir), stop_at=n, resume=True, fresh_if_none=True, progress=False)
+        run_once(from_mapping(RunConfig, raw))
+        losses = train_losses(run_dir)
+    return rung_loss(losses, n, cfg.train.steps)
+
+
+def advise_by_halving(cfg: RunConfig, budget: float = 0.5, lrs: Sequence[float] | None = None,
+                      out: str | Path = "runs/advise-halving", progress: bool = True) -> HalvingAdvice:
+    """Successive halving on the run ``cfg`` within ``budget`` (`schedule_for`) over the bracket centred on its
+    rule-based lr at init (`sigprop.advice.advise`); ``lrs``: the run's peak lrs whose outcome to predict (default
+    its ``optim.lr``; the rule's outcomes); the arms are runs under ``out``. A stack rank-collapsed at init stalls
+    at every lr and trains nothing."""
+    from ..console.progress import bar
+    from .advise import DEFAULT_RULE, advise
+
+    start = time.perf_counter()
+    schedule = schedule_for(budget)
+    asked = [cfg.optim.lr] if lrs is None else list(lrs)
+    target = advise(cfg, lrs=asked)
+    if target.rank_collapse >= DEFAULT_RULE.collapse:
+        predictions = [{"lr": lr, "outcome": "stalls", "reason": "rank-collapsed at init"} for lr in asked]
+        return HalvingAdvice(target.recommended_lr, str(schedule), [], "", 0, predictions, 0.0,
+                             time.perf_counter() - start, True, target)
+    arms = [float(f"{x:.3g}") for x in bracket(target.recommended_lr, schedule.arms)]
+    total = schedule.arms + sum(schedule.keep[:-1])
+    shown = bar(total, "halving (arms to rungs)", enabled=progress)
+
+    def loss_at(lr: float, n: int) -> float:
+        loss = train_arm(cfg, lr, n, out)
+        shown.update(1)
+        return loss
+    try:
+        lr, log = halve(arms, loss_at, schedule, cfg.train.steps)
+    finally:
+        shown.close()
+    step = rung_step(schedule.rungs[-1], cfg.train.steps)
+    return HalvingAdvice(lr, str(schedule), log, str(arm_folder(cfg, lr, out)), step, target.predictions,
+                         schedule.extra, time.perf_counter() - start, False, target)
+
+
+__all__ = ["MAX_EXTRA", "SCHEDULES", "SPACING", "HalvingAdvice", "Schedule", "advise_by_halving", "arm_folder",
+           "bracket", "halve", "rung_loss", "rung_step", "schedule_for", "train_arm", "train_losses"]

@@ -30,7 +30,6 @@ measures. So:
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -47,7 +46,7 @@ from ..train.levels import trains, unigram_loss
 from ..train.lr_grid import best_lr, next_lr
 from ..train.run_summary import ended_at
 from ..train.sweep import SweepSpec, run_sweep
-from .advise import DEFAULT_RULE, Advice, _finite, advise
+from .advise import DEFAULT_RULE, Advice, advise, with_target
 
 MIN_WIDTH, MIN_HEAD, MIN_DEPTH = 32, 8, 2       # the smallest proxy: width, head width, blocks
 FIRST_RUNS, MAX_RUNS, SPACING = 3, 6, 3.0        # the proxy's first grid, its most runs, the ratio of neighbours
@@ -198,8 +197,7 @@ class ProxyAdvice:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready fields (the run's own rule-based report under ``target``)."""
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "target"}
-        return _finite({**out, "target": self.target.to_json() if self.target else None})
+        return with_target(self)
 
 
 def _predict(lr: float, ratio: float, grid: Sequence[dict[str, Any]], rule: dict[str, Any]) -> tuple[str, str]:
