@@ -142,4 +142,4 @@ def test_a_budget_below_the_cheapest_schedule_is_refused_and_the_cli_states_its_
     assert main(["advise", "--config", tiny, *sets, "--out", str(tmp_path / "arms"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("successive halving: 3 lrs") and "besides the run it leaves" in out
-    assert "recommended lr" in out and "continue it with train.resume=true" in out
+    assert "recommended lr" in out and "to continue it: sigprop train" in out

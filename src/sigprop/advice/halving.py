@@ -155,8 +155,9 @@ class HalvingAdvice:
         if self.collapsed:
             rows.append("the run's stack is rank-collapsed at init: it stalls at every lr (nothing trained)")
         else:
-            rows.append(f"its run, stopped at step {self.resume_step}: {self.run_dir} "
-                        "(continue it with train.resume=true and this train.out_dir)")
+            rows.append(f"its run, stopped at step {self.resume_step}: {self.run_dir}; to continue it: sigprop train "
+                        f"--config RUN.toml --set optim.lr={self.recommended_lr:g} train.out_dir={self.run_dir} "
+                        "train.resume=true")
         rows += [f"  {'lr':>10s}  {'outcome':9s}  reason"]
         rows += [f"  {p['lr']:10.3g}  {p['outcome']:9s}  {p['reason']}" for p in self.predictions]
         rows.append(f"cost: {self.cost:.2g} of one training run besides the run it leaves, {self.cost_s:.0f} s")
