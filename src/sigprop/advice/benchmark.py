@@ -27,7 +27,7 @@ same rule with its constants refitted by `sigprop.advice.fit` on every other fam
 `calibration`; the shipped constants are fitted on every family, the scored one's included); ``advise-proxy`` —
 `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
 (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
-`sigprop advise` ships it;
+`sigprop advise --method proxy` trains it;
 ``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-deep`` —
 the same with a proxy of the config's depth, only narrower (its steps cut where even the narrowest does not fit
 half a run), carried by the layer-change scale across width alone; ``advise-proxy-pair`` —
