@@ -70,3 +70,14 @@ def test_rejudge_recomputes_a_verdict_from_the_saved_numbers(tmp_path):
     (tmp_path / "deep-thin").mkdir()
     (tmp_path / "deep-thin" / "deep-thin.json").write_text(json.dumps({"summary": {"models": models}}))
     assert rejudge(tmp_path)["deep-thin"][0] == "reproduced" and set(rejudge(tmp_path)) == {"deep-thin"}
+
+
+def test_with_a_budget_each_model_is_the_halving_survivor_continued_to_the_end(tmp_path):
+    """The full demo's advice: `advise_lr` runs successive halving on the model's own run and names the survivor;
+    `continue_model` takes that run on from its last rung to the end at the advised lr."""
+    size = {**demo.QUICK, "steps": 20, "advice_budget": 0.5}
+    a = demo.advise_lr(tmp_path, demo.SWEPT, size)
+    assert a["decided_by"].startswith("halving") and a["cost_runs"] == 0.4 and a["run_dir"]
+    r = demo.continue_model(demo.SWEPT, size, a["lr"], 0, a["run_dir"])
+    assert r["lr"] == a["lr"] and r["steps_done"] == 20 and r["params"] > 0
+    assert r["val_curve"][0][0] == 0 and r["val_curve"][-1][0] == 20           # the arm's start and the end

@@ -8,8 +8,9 @@
 3. Training: a deep shaped model (no LayerNorm, Recover schedule), a Pre-LN model, the GPT-2-style init
    (scheme "gpt2": std 0.02, output projections 0.02/√(2L)) and a DSLM model of the same size, trained for
    the same steps on the embedded corpus (causal LM); validation loss curves. One rule sets every model's lr:
-   `sigprop advise` on the run's own config, before it trains (a proxy within half a run,
-   `sigprop.advice.proxy`; the rule at init in the smoke run); each model trains at its recommended lr. Beside
+   `sigprop advise` on the run's own config, before it trains (successive halving on the run itself,
+   `sigprop.advice.halving`: three lrs around the rule's lr at init, the best kept at 10 % and 30 % of the run;
+   the rule at init in the smoke run); each model's run is the survivor, continued to the end. Beside
    it, the Pre-LN model (`SWEPT`) also trains at every lr of a small fixed grid (`SWEEP_LRS`), so the advised lr
    can be read against the loss-vs-lr curve it was meant to hit (``training/advice.json`` holds each advice, the
    grid's losses and the command that reproduces them).
@@ -37,13 +38,14 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from .advice import advise
-from .advice.proxy import advise_by_proxy
+from .advice.halving import advise_by_halving
 from .console import UserError
 from .experiments import dslm_moments, shaped_figs
 from .experiments.outputs import plt, write_figure, write_json, write_outputs
 from .experiments.report import Figure, Section, Table, write_html
+from .models.build import param_count
 from .train.config import RunConfig, from_mapping
-from .train.one_run import train_run
+from .train.one_run import run_once, train_run
 from .train.sweep import worker_pool
 from .train.sweep_report import log_ticks
 
@@ -56,7 +58,7 @@ TRAIN_MODELS = {
 }
 SWEPT = "Pre-LN"                                 # the model whose advised lr is shown beside a small lr grid
 SWEEP_LRS = {"full": (1e-3, 3e-3, 1e-2, 3e-2), "quick": (1e-3, 1e-2)}
-# advice_budget: `sigprop advise --budget` for each model's lr (0 in the smoke run: its steps are too few for a proxy)
+# advice_budget: `sigprop advise --budget` for each model's lr (0 in the smoke run: the rule at init alone)
 FULL = {"moments_depth": 96, "moments_seeds": 16, "depth": 24, "width": 64, "steps": 200, "batch": 16,
         "advice_budget": 0.5}
 JOBS = 2                                         # worker processes for the training runs (2 cores)
@@ -79,11 +81,12 @@ READ = {
                "theory. The median error is |predicted / measured − 1| over sublayers, beside its Monte-Carlo "
                "standard error.",
     "training": "Validation loss (nats per token) of four models of the same size trained with the same data and "
-                "steps, each at the lr that sigprop advise recommended for it before it trained: a small proxy of "
-                "the model (narrower, shallower, everything else equal) trained over a short lr grid within half a "
-                "training run, its optimum carried to the model by the ratio of their first-step lr scales (table: "
-                "the advised lr, the largest stable lr and how they were decided; the smoke run --quick uses the "
-                "rule at init instead). The second table and figure check the advice on one model: its loss "
+                "steps, each at the lr that sigprop advise chose for it: successive halving on the model's own run "
+                "(three peak lrs ×3 apart around the lr its signal-propagation rule reads off the first step at "
+                "init; the two with the lowest training loss at 10 % of the run go on, the better of them at 30 % "
+                "is the run, continued to the end; the two cut arms cost 0.4 of a run). Table: the advised lr, the "
+                "rule's largest stable lr and how the lr was decided; the smoke run --quick uses the rule at init "
+                "instead. The second table and figure check the advice on one model: its loss "
                 "over a small lr grid beside the loss at the advised lr. The shaped model has no LayerNorm at all; "
                 "similar curves mean shaping replaces normalization. One seed: an illustration, not a claim (the "
                 "claims and their rules: docs/RESULTS.md; advise's evaluation: docs/advise.md).",
@@ -116,19 +119,21 @@ def advise_lr(out_dir: str | Path, label: str, size: dict[str, Any], seed: int =
               lrs: Sequence[float] = ()) -> dict[str, Any]:
     """`sigprop advise` on ``label``'s run config at ``size["advice_budget"]`` (the run's own seed and data):
     the recommended lr, its interval (the rule at init only, else None), the largest stable lr, how it was
-    decided, the predicted outcome at each of ``lrs``, and the advice's cost (wall seconds; with a proxy also in
-    training runs of the model). With a budget the proxy's runs go to ``out_dir/advise-proxy``."""
+    decided, the predicted outcome at each of ``lrs``, the advice's cost (wall seconds; with halving also in
+    training runs of the model besides the run it leaves) and, with halving, the survivor's ``run_dir`` (its arms
+    go to ``out_dir/advise-halving``), else None."""
     cfg = run_config(Path(out_dir) / "runs" / _slug(label), label, size, max(lrs, default=1e-3), seed)
     budget = size["advice_budget"]
     if budget > 0:
-        p = advise_by_proxy(cfg, budget, lrs=list(lrs) or None, out=Path(out_dir) / "advise-proxy", progress=False)
-        return {"lr": p.recommended_lr, "interval": None, "max_stable_lr": p.max_stable_lr,
-                "decided_by": f"proxy, {p.cost:.2g} run", "predictions": p.predictions if lrs else [],
-                "cost_s": round(p.cost_s, 2), "cost_runs": p.cost, "caveat": None}
+        h = advise_by_halving(cfg, budget, lrs=list(lrs) or None, out=Path(out_dir) / "advise-halving",
+                              progress=False)
+        return {"lr": h.recommended_lr, "interval": None, "max_stable_lr": h.target.max_stable_lr,
+                "decided_by": f"halving, {h.cost:.2g} run", "predictions": h.predictions if lrs else [],
+                "cost_s": round(h.cost_s, 2), "cost_runs": h.cost, "caveat": h.target.caveat, "run_dir": h.run_dir}
     a = advise(cfg, lrs=list(lrs) or None)
     return {"lr": a.recommended_lr, "interval": list(a.lr_interval), "max_stable_lr": a.max_stable_lr,
             "decided_by": f"rule at init: {a.decided_by}", "predictions": a.predictions if lrs else [],
-            "cost_s": round(a.cost_s, 2), "cost_runs": 0.0, "caveat": a.caveat}
+            "cost_s": round(a.cost_s, 2), "cost_runs": 0.0, "caveat": a.caveat, "run_dir": None}
 
 
 def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float, seed: int = 0,
@@ -139,6 +144,15 @@ def train_model(out_dir: str | Path, label: str, size: dict[str, Any], lr: float
     r = train_run(run_dir or Path(out_dir) / "runs" / _slug(label), t["model"], data=t["data"],
                   optim={**t["optim"], "lr": lr}, train_cfg={**t["train"], "progress": False, **train}, seed=seed)
     return {**r, "lr": lr}
+
+
+def continue_model(label: str, size: dict[str, Any], lr: float, seed: int, run_dir: str | Path) -> dict[str, Any]:
+    """Continue ``label``'s run in ``run_dir`` (halving's survivor, stopped at its last rung) to the end at ``lr``;
+    `train_model`'s record (its ``wall_s``: the continuation alone)."""
+    raw = run_config(run_dir, label, size, lr, seed).to_dict()
+    raw["train"].update(resume=True, progress=False)
+    cfg = from_mapping(RunConfig, raw)
+    return {"seed": seed, "params": param_count(cfg.model), **run_once(cfg), "lr": lr}
 
 
 def sweep_model(out_dir: str | Path, size: dict[str, Any], lr: float, seed: int = 0) -> dict[str, Any]:
@@ -196,7 +210,8 @@ def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 
     """The three parts as independent tasks on ``jobs`` worker processes (`sigprop.train.sweep.worker_pool`):
     every model's advice first (`advise_lr`), the two measurements at init, the `SWEPT` model at
     each lr of its grid (`sweep_model`), and each model at its advised lr as soon as that is known
-    (`train_model`, same data, steps, batch and seed for every model). Each task's result is kept in
+    (`train_model`, or `continue_model` for halving's survivor; same data, steps, batch and seed for every
+    model). Each task's result is kept in
     ``out/PARTS`` as it finishes; with ``resume`` the ones kept there (same size and seed) are not run again.
     Returns (rank collapse, moments, {label: run}, the advice document of `_write_advice`)."""
     training, folder = out / "training", out / PARTS
@@ -206,7 +221,12 @@ def run_parts(out: Path, size: dict[str, Any], quick: bool = False, seed: int = 
              for label in TRAIN_MODELS}
     tasks |= {("moments", ""): (_moments, out, size, quick), ("rank", ""): (_rank_collapse, out, quick)}
     tasks |= {("sweep", lr): (sweep_model, training, size, lr, seed) for lr in grid}
-    train = lambda label: (train_model, training, label, size, results["advise", label]["lr"], seed)
+    def train(label: str) -> tuple[Any, ...]:
+        a = results["advise", label]
+        if a.get("run_dir"):
+            return continue_model, label, size, a["lr"], seed, a["run_dir"]
+        return train_model, training, label, size, a["lr"], seed
+
     tasks |= {("train", label): train(label) for label in TRAIN_MODELS if ("advise", label) in results}
     with worker_pool(jobs) as pool, tqdm(total=2 * len(TRAIN_MODELS) + len(grid) + 2, initial=len(results),
                                          desc="demo", disable=not show_progress) as bar:
@@ -237,8 +257,9 @@ def training_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
     return Table(["model", "advised lr, max stable lr", "params", "val loss at step 0", "final val loss", "wall s"],
                  [[k, lr(k), r["params"], _fmt(r["initial_val_loss"]), _fmt(r["final_val_loss"]), f"{r['wall_s']:.0f}"]
                   for k, r in runs.items()],
-                 caption="Validation loss in nats per token (embedded corpus, causal LM). Every lr is advised before "
-                         f"the run (`sigprop advise`; reproduce one with `{advice['command']}`).")
+                 caption="Validation loss in nats per token (embedded corpus, causal LM). Every lr is chosen before "
+                         f"the run goes on (`sigprop advise`; reproduce one with `{advice['command']}`); wall s is the "
+                         "run after its advice (with halving, the survivor's first 30 % is in the advice's cost).")
 
 
 def sweep_table(runs: dict[str, Any], advice: dict[str, Any]) -> Table:
