@@ -23,7 +23,7 @@ the table's std by √d so the stream enters with the scheme's variance, and mul
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
@@ -31,6 +31,7 @@ from ..theory.moments.state import Component
 from .llama import Llama, _rope
 
 if TYPE_CHECKING:
+    from ..models.config import ModelConfig
     from .walk import Walk
 
 
@@ -42,6 +43,11 @@ class Gemma3(Llama):
         "mlp": ("pre_feedforward_layernorm", "post_feedforward_layernorm")}
     qk_norms = True
     norm_offset = 1.0
+
+    def config_fields(self, cfg: ModelConfig) -> dict[str, Any]:
+        """LLaMA's, with the logits scaled by d_k^{-1/2} (``query_pre_attn_scalar`` = d_k, as Gemma 3's released
+        sizes set it; the family's default, 256, belongs to its 256-wide heads)."""
+        return {**super().config_fields(cfg), "query_pre_attn_scalar": cfg.d_head}
 
     def embed_scale(self, base: nn.Module) -> float:
         return float(base.embed_tokens.embed_scale.to(base.embed_tokens.weight.dtype))

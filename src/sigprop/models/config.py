@@ -28,7 +28,8 @@ from ..schemes import SCHEMES, get_scheme, mup
 
 ARCHS = ("decoder", "encoder", "encdec", "vit")
 ADMIN_MODES = ("profile", "constant")
-HF_FAMILIES = (None, "gpt2", "llama")   # the transformers model_types a decoder config may build (`hf_family`)
+HF_FAMILIES = (None, "gpt2", "llama", "qwen3", "olmo2", "gemma3_text")   # the transformers model_types a decoder
+#                                                                       config may build (`hf_family`)
 # the sizes a transformers model is built from (`sigprop.hf.base.Family.config_fields`); with ``hf_family`` set every
 # field but these, arch, hf_family, base_width and base_depth (they name a transfer sweep's reference model,
 # `USED_ONLY_BY`) keeps its default: the family's own architecture and init stand in for them
