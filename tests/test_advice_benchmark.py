@@ -121,7 +121,6 @@ def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_
     reads every arm's rung loss off that grid run's training losses, and halves by the schedule of least mean regret
     on the other families. The planted runs lead early at the larger lrs (a fast start that ends worse), so a short
     rung misleads and the schedules differ."""
-    import json
     from dataclasses import replace
 
     from sigprop.advice import fit as F
@@ -132,21 +131,14 @@ def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_
     steps, configs, cases = 100, [], []
     for f, seed in enumerate((0, 1, 2)):
         for i, x in enumerate(planted(seed, 3)):
-            dirs = []
-            for r in x.runs:
-                d = tmp_path / "runs" / f"{f}-{i}-{r.lr:g}"
-                d.mkdir(parents=True)
-                final = 9.0 if r.diverged else r.loss
-                tau = 30.0 * (r.lr / x.runs[0].lr) ** -0.5
-                d.joinpath("metrics.jsonl").write_text("".join(
-                    json.dumps({"step": s, "kind": "train", "loss": final + 2.0 * math.exp(-s / tau)}) + "\n"
-                    for s in range(1, steps + 1)))
-                dirs.append(str(d))
+            taus = [30.0 * (r.lr / x.runs[0].lr) ** -0.5 for r in x.runs]
+            curves = tuple(tuple((9.0 if r.diverged else r.loss) + 2.0 * math.exp(-s / tau)
+                                 for s in range(1, steps + 1)) for r, tau in zip(x.runs, taus))
             cases.append(replace(x, name=f"{'abc'[f]} c{i}"))
             configs.append(Config("abc"[f], f"c{i}", tuple(r.lr for r in x.runs),
                                   tuple(x.initial_loss if x.diverged else x.loss for x in x.runs),
                                   tuple(r.initial_loss for r in x.runs), tuple(r.diverged for r in x.runs), x.unigram,
-                                  {"train": {"steps": steps}}, 10.0, tuple(dirs)))
+                                  {"train": {"steps": steps}}, 10.0, curves))
     rows = {c.family + c.key: {**F.case_row(replace(x, runs=())), "cost_s": 2.0} for c, x in zip(configs, cases)}
     for c in configs:
         _cached("probe", lambda c: rows[c.family + c.key], tmp_path)(c, configs)
@@ -160,10 +152,8 @@ def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_
         lr = cases[configs.index(c)].decide(fits[key]).recommended
         i = min(range(len(c.lrs)), key=lambda j: abs(math.log(c.lrs[j] / lr)))
         lo = min(max(0, i - s.arms // 2), len(c.lrs) - s.arms)
-        arms = dict(zip(c.lrs[lo:lo + s.arms], c.dirs[lo:lo + s.arms]))
-        losses = {lr: {s_: json.loads(line)["loss"] for s_, line in enumerate(open(f"{d}/metrics.jsonl"), 1)}
-                  for lr, d in arms.items()}
-        return halve(list(arms), lambda lr, n: rung_loss(losses[lr], n, steps), s, steps)[0]
+        arms = dict(zip(c.lrs[lo:lo + s.arms], c.curves[lo:lo + s.arms]))
+        return halve(list(arms), lambda lr, n: rung_loss(dict(enumerate(arms[lr], 1)), n, steps), s, steps)[0]
 
     choose, chosen = halving_chooser(tmp_path), set()
     for c in configs:
@@ -174,3 +164,70 @@ def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_
         assert row["cost"] == pytest.approx(s.extra + 0.2)
         chosen.add(str(s))
     assert len(chosen) > 1
+
+
+def test_a_benchmark_json_gives_back_its_configs_curves_included(tmp_path):
+    """`load_json` reads what ``--json`` writes (tuples back from lists, the training curves with them), and a file
+    written before the curves existed loads without them."""
+    import json
+    from dataclasses import asdict, replace
+
+    from sigprop.advice.benchmark import load_json
+    c = replace(cfg("a", (4.0, 3.0, 5.0)), curves=((6.0, 5.0), (6.0, 4.0), (6.0, math.nan)))
+    (tmp_path / "b.json").write_text(json.dumps({"configs": [asdict(c)], "results": {}}))
+    back = load_json(tmp_path / "b.json")[0]
+    assert back.lrs == c.lrs and back.losses == c.losses and back.curves[:2] == c.curves[:2]
+    assert math.isnan(back.curves[2][1]) and back.train_losses(1e-2) == {1: 6.0, 2: 4.0}
+    old = {k: v for k, v in asdict(c).items() if k != "curves"} | {"dirs": ["x", "y", "z"]}
+    (tmp_path / "old.json").write_text(json.dumps({"configs": [old]}))
+    assert load_json(tmp_path / "old.json")[0].curves == ()
+
+
+def test_reference_configs_are_fitted_on_and_never_scored():
+    """`score` scores its configs alone; a chooser sees the ``every`` configs too (the fixed lr of another family)."""
+    scored = [cfg("new", (4.0, 3.0, 5.0))]
+    reference = [cfg("old", (3.0, 4.0, 5.0)), cfg("old", (3.5, 4.0, 5.0), key="o2")]
+    rows = score(scored, fixed(1), reference)
+    assert [r["family"] for r in rows] == ["new"] and rows[0]["lrs"] == [1e-3] and rows[0]["regret"] == 1.0
+    assert score(scored, fixed(1))[0]["regret"] == math.inf                 # no other family: no answer
+
+
+def test_shipped_halving_reads_the_grid_runs_around_the_shipped_rules_lr(tmp_path):
+    """The shipped chooser centres the shipped schedule's bracket on the grid lr nearest advise's lr (its cached
+    probe), halves on the grid runs' curves, and costs the schedule's extra runs plus the probe's share of a run."""
+    from dataclasses import replace
+
+    from sigprop.advice.benchmark import _cached, choosers
+    from sigprop.advice.halving import schedule_for
+
+    grid, steps = (1e-4, 1e-3, 1e-2, 1e-1), 100
+    finals = (4.5, 3.0, 3.2, 5.0)
+    early = (4.9, 4.0, 4.5, 3.8)         # before step 60 each bracket's leader is not the run that ends best
+    curves = tuple(tuple(e if s < 60 else f for s in range(1, steps + 1)) for e, f in zip(early, finals))
+    c = replace(Config("x", "k", grid, finals, (7.0,) * 4, (False,) * 4, 5.0, {"train": {"steps": steps}}, 10.0),
+                curves=curves)
+    s = schedule_for(0.5)
+    assert s.arms == 3 and s.rungs[-1] * steps < 60
+    for advised, kept in ((2e-4, 1e-3), (0.05, 1e-1)):       # brackets 1e-4…1e-2 and 1e-3…1e-1 (shifted into the grid)
+        cache = tmp_path / f"{advised:g}"
+        probe = {"lr": advised, "cost_s": 1.0, "outcomes": ["trains"] * 4}
+        _cached("advise", lambda c, probe=probe: probe, cache)(c, [c])
+        row = choosers(cache, ["halving-shipped"])["halving-shipped"](c, [c])
+        assert row["lrs"] == (kept,) and row["cost"] == pytest.approx(s.extra + 0.1)
+        assert row["said"] == ["trains"] * 4 and row["detail"] == str(s)
+
+
+def test_targets_are_met_or_not_by_the_rows_figures():
+    from sigprop.advice.benchmark import targets
+
+    def row(regret, cost=0.4, said=("trains",), achieved=("trains",)):
+        return {"regret": regret, "cost": cost, "said": list(said), "achieved": list(achieved)}
+
+    good = [row(0.0)] * 8 + [row(0.1)] * 2                                   # 80 % near, mean 0.02
+    assert all(targets(good).values())
+    assert targets(good[:7] + [row(0.1)] * 3)["≤ 0.05 on ≥ 80 %"] is False
+    assert targets([row(0.0)] * 9 + [row(0.6)])["mean ≤ 0.05"] is False
+    assert targets([row(0.0, cost=0.6)] * 10)["cost ≤ 0.5"] is False
+    assert targets([row(0.0, said=())] * 10)["outcomes ≥ 0.8"] is False       # predicts no outcome
+    assert targets([row(0.0, said=("stalls",))] * 10)["outcomes ≥ 0.8"] is False
+    assert targets([row(0.0)] * 9 + [row(math.inf)])["every config answered"] is False

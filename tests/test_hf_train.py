@@ -1,5 +1,6 @@
-"""A run config with ``model.hf_family`` trains a `transformers` causal LM (GPT-2, LLaMA) with sigprop's trainer,
-data, optimizer rules and checkpoints, and `advise` judges it through the family's adapter."""
+"""A run config with ``model.hf_family`` trains a `transformers` causal LM (GPT-2, LLaMA, Qwen3, OLMo 2, Gemma 3)
+with sigprop's trainer, data, optimizer rules and checkpoints, and `advise` judges it through the family's
+adapter."""
 import math
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from sigprop.train import eval_main, generate_main, load_config, read_jsonl, tra
 
 pytest.importorskip("transformers")
 
-CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
+CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "olmo2": "Olmo2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 SMALL = ("data.max_chars=60000", "model.d_model=32", "model.n_layers=2", "data.seq_len=16", "model.max_seq_len=16",
          "train.batch_size=8", "train.eval_batches=1", "optim.warmup_steps=2", "train.progress=false")
 
@@ -38,6 +40,9 @@ def test_every_family_a_config_names_builds_its_model_with_the_configs_sizes():
         sizes = ("arch", *HF_SIZES)
         assert {k: mirrored[k] for k in sizes} == {k: getattr(cfg, k) for k in sizes}
         assert param_count(cfg) == sum(p.numel() for p in model.parameters())
+        attn = model.model.layers[0].self_attn if family != "gpt2" else None
+        if attn is not None:                                         # every family's logits at d_k^{-1/2}
+            assert attn.scaling == pytest.approx(cfg.d_head ** -0.5)
 
 
 @pytest.mark.parametrize("family", sorted(CLASSES))
@@ -76,7 +81,8 @@ def test_advise_judges_a_transformers_run_through_its_family(tmp_path):
 
 
 def test_hf_family_is_validated_naming_the_field():
-    with pytest.raises(ValueError, match=r"ModelConfig\.hf_family='bert' is invalid: .*\(None, 'gpt2', 'llama'\)"):
+    with pytest.raises(ValueError, match=r"ModelConfig\.hf_family='bert' is invalid: .*\(None, 'gpt2', 'llama', "
+                                         r"'qwen3', 'olmo2', 'gemma3_text'\)"):
         ModelConfig(hf_family="bert")
     with pytest.raises(ValueError, match=r"ModelConfig\.hf_family='gpt2' builds a causal LM: it needs arch"):
         ModelConfig(hf_family="gpt2", arch="encoder")

@@ -5,6 +5,7 @@ choose a learning rate scored on it, leave-one-family-out.
     python -m sigprop.advice.benchmark --runs runs/advise-bench     # the table (choosers cached per config)
     python -m sigprop.advice.benchmark --runs runs/advise-bench --table src/sigprop/advice/data/calibration.json
     python -m sigprop.advice.benchmark --runs runs/advise-bench --schedules src/sigprop/advice/data/halving_scores.py
+    python -m sigprop.advice.benchmark --runs runs/advise-bench --families modern --reference docs/results/lr-benchmark.json
 
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
@@ -34,8 +35,15 @@ half a run), carried by the layer-change scale across width alone; ``advise-prox
 `sigprop.advice.proxy.pick_by_proxy`: a proxy within half a run trained at the ``pair`` chooser's two lrs (fitted
 on the other families), the better one chosen; ``halving`` — successive halving (`sigprop.advice.halving`) over a
 bracket of grid lrs centred on ``advise-lofo``'s lr, its schedule chosen on the other families, read off the grid
-runs (an arm stopped at step n is the first n steps of its grid run). The advise choosers
-also predict an outcome at every grid lr, scored by balanced accuracy over the three outcomes.
+runs (an arm stopped at step n is the first n steps of its grid run); ``halving-shipped`` — successive halving as
+`sigprop advise` runs it, the shipped schedule centred on the shipped rule's lr, read off the grid runs the same
+way (held out only on a family outside those the shipped data were made from). The advise choosers also predict an
+outcome at every grid lr, scored by balanced accuracy over the three outcomes; `targets` says which of the targets a
+chooser meets.
+
+``--json`` keeps every grid run's training curve (`Config.curves`), so a chooser that reads the runs' first steps
+is scored again from the file alone; ``--reference FILE`` adds that file's configs of the families not loaded from
+``--runs`` as configs the choosers fit on (the fixed lrs' other families), never scored.
 
 The second command also writes the *calibration table* (`calibration_table`): every config's probe at init and runs
 over the grid, the table `sigprop.advice.fit` fits the shipped constants on.
@@ -83,7 +91,7 @@ class Config:
     level: float
     run: dict[str, Any]              # the run-config mapping (its lr is the grid's first)
     run_s: float                     # median wall seconds of one of its training runs
-    dirs: tuple[str, ...] = ()       # per grid lr: its run folder
+    curves: tuple[tuple[float, ...], ...] = ()   # per grid lr: its training loss at steps 1, 2, … (nan: not logged)
 
     @property
     def best(self) -> float:
@@ -110,6 +118,18 @@ class Config:
         return ["trains" if t else "diverges" if top is not None and lr > top else "stalls"
                 for lr, t in zip(self.lrs, ok)]
 
+    def train_losses(self, lr: float) -> dict[int, float]:
+        """Step → training loss of the grid run at ``lr`` (`sigprop.advice.halving.train_losses`' form)."""
+        return dict(enumerate(self.curves[self.lrs.index(lr)], 1))
+
+
+def curve(run_dir: str) -> tuple[float, ...]:
+    """A run's training loss at steps 1 … its last logged step, nan where a step is not logged."""
+    from .halving import train_losses
+
+    losses = train_losses(run_dir)
+    return tuple(losses.get(s, math.nan) for s in range(1, max(losses, default=0) + 1))
+
 
 def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FAMILIES_DIR) -> list[Config]:
     """Every finished config of every family sweep under ``runs/FAMILY`` (a config counts once all its grid lrs
@@ -134,8 +154,15 @@ def load(runs: Path, families: Sequence[str] | None = None, directory: Path = FA
                               tuple(r["initial_val_loss"] for r in runs_), tuple(r["diverged"] for r in runs_),
                               unigram_loss(runs_[0]["config"]["train"]["out_dir"]), runs_[0]["config"],
                               statistics.median(r["wall_s"] for r in runs_),
-                              tuple(r["config"]["train"]["out_dir"] for r in runs_)))
+                              tuple(curve(r["config"]["train"]["out_dir"]) for r in runs_)))
     return out
+
+
+def load_json(path: Path) -> list[Config]:
+    """The configs of a benchmark JSON (``--json``); one written before `Config.curves` existed has none."""
+    fields = {f.name for f in dataclasses.fields(Config)}
+    return [Config(**{k: tuple(map(tuple, v)) if k == "curves" else tuple(v) if isinstance(v, list) else v
+                      for k, v in c.items() if k in fields}) for c in json.loads(Path(path).read_text())["configs"]]
 
 
 def least_regret(configs: Sequence[Config], k: int) -> tuple[float, ...]:
@@ -276,18 +303,27 @@ def lofo_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
-def halving_picks(cache: Path) -> Callable[[Config, Any, Sequence[Config], frozenset[str]], float]:
-    """``pick(c, schedule, every, out)``: the lr successive halving (`sigprop.advice.halving.halve`) by
-    ``schedule`` keeps on config ``c``, read off its grid runs (an arm stopped at step n is the first n steps of
-    the grid run at its lr), over the schedule's count of grid lrs centred on the grid lr nearest the rule's lr at
-    init (constants refitted, as in ``advise-lofo``, on every config in ``every`` whose family is not in ``out``,
-    `calibration`), shifted to lie within the grid. Raises ValueError where the rule cannot judge ``c``. Its
-    attributes ``case`` (`calibration`, read once per config) and ``rule(out)`` (the refitted rule) are what it
-    read."""
-    from .fit import fit
-    from .halving import halve, rung_loss, train_losses
+def halve_on_grid(c: Config, centre: float, schedule: Any) -> float:
+    """The lr successive halving (`sigprop.advice.halving.halve`) by ``schedule`` keeps on config ``c``, read off
+    its grid runs (an arm stopped at step n is the first n steps of the grid run at its lr, `Config.curves`), over
+    the schedule's count of grid lrs centred on the grid lr nearest ``centre``, shifted to lie within the grid."""
+    from .halving import halve, rung_loss
 
-    read, cases, rules, losses = calibration(cache), {}, {}, {}
+    i = min(range(len(c.lrs)), key=lambda j: abs(math.log(c.lrs[j] / centre)))
+    lo = min(max(0, i - schedule.arms // 2), len(c.lrs) - schedule.arms)
+    losses = {lr: c.train_losses(lr) for lr in c.lrs[lo:lo + schedule.arms]}
+    steps = c.run["train"]["steps"]
+    return halve(list(losses), lambda lr, n: rung_loss(losses[lr], n, steps), schedule, steps)[0]
+
+
+def halving_picks(cache: Path) -> Callable[[Config, Any, Sequence[Config], frozenset[str]], float]:
+    """``pick(c, schedule, every, out)``: `halve_on_grid` of config ``c`` by ``schedule`` centred on the rule's lr
+    at init (constants refitted, as in ``advise-lofo``, on every config in ``every`` whose family is not in ``out``,
+    `calibration`). Raises ValueError where the rule cannot judge ``c``. Its attributes ``case`` (`calibration`,
+    read once per config) and ``rule(out)`` (the refitted rule) are what it read."""
+    from .fit import fit
+
+    read, cases, rules = calibration(cache), {}, {}
 
     def case(c: Config) -> tuple[Case, float] | None:
         if c.family + c.key not in cases:
@@ -300,14 +336,7 @@ def halving_picks(cache: Path) -> Callable[[Config, Any, Sequence[Config], froze
         return rules[out]
 
     def pick(c: Config, s: Any, every: Sequence[Config], out: frozenset[str]) -> float:
-        lr = case(c)[0].decide(rule(every, out)).recommended
-        centre = min(range(len(c.lrs)), key=lambda i: abs(math.log(c.lrs[i] / lr)))
-        lo = min(max(0, centre - s.arms // 2), len(c.lrs) - s.arms)
-        arms = dict(zip(c.lrs[lo:lo + s.arms], c.dirs[lo:lo + s.arms]))
-        for d in arms.values():
-            losses.setdefault(d, train_losses(d))
-        steps = c.run["train"]["steps"]
-        return halve(list(arms), lambda lr, n: rung_loss(losses[arms[lr]], n, steps), s, steps)[0]
+        return halve_on_grid(c, case(c)[0].decide(rule(every, out)).recommended, s)
     pick.case, pick.rule = case, rule
     return pick
 
@@ -335,6 +364,25 @@ def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]
         d = pick.case(c)[0].decide(pick.rule(every, out))
         return {"lrs": (lr,), "cost": s.extra + pick.case(c)[1] / c.run_s,
                 "said": [outcome(x, d)[0] for x in c.lrs], "detail": str(s)}
+    return choose
+
+
+def shipped_halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+    """Successive halving as `sigprop advise` runs it at its default budget `PROXY_BUDGET`: the shipped schedule
+    (`sigprop.advice.halving.schedule_for`) and the shipped rule's lr at init as the centre (the ``advise``
+    chooser's probe), read off the grid runs (`halve_on_grid`). Fitted on the families the shipped data were made
+    from: held out only for a family outside them. Cost: the schedule's extra runs plus the probe's wall time over
+    one run's; outcomes: the rule's."""
+    from .halving import schedule_for
+
+    probe, schedule = advise_chooser(cache), schedule_for(PROXY_BUDGET)
+
+    def choose(c: Config, every: Sequence[Config]) -> Choice:
+        a = probe(c, every)
+        if not a["lrs"]:
+            return a
+        return {**a, "lrs": (halve_on_grid(c, a["lrs"][0], schedule),), "cost": schedule.extra + a["cost"],
+                "detail": str(schedule)}
     return choose
 
 
@@ -446,7 +494,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
              "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None,
-             "halving": None}
+             "halving": None, "halving-shipped": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -457,7 +505,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-direct": lambda: proxy_chooser(cache, None),
             "advise-proxy-deep": lambda: proxy_chooser(cache, "layer change", keep_depth=True),
             "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache),
-            "halving": lambda: halving_chooser(cache)}
+            "halving": lambda: halving_chooser(cache), "halving-shipped": lambda: shipped_halving_chooser(cache)}
     return {n: every[n] or made[n]() for n in names}
 
 
@@ -467,12 +515,14 @@ def balanced_accuracy(said: Sequence[str], achieved: Sequence[str]) -> float:
     return statistics.fmean(sum(s == a == k for s, a in zip(said, achieved)) / achieved.count(k) for k in kinds)
 
 
-def score(configs: Sequence[Config], chooser: Callable[[Config, Sequence[Config]], Choice]) -> list[dict[str, Any]]:
+def score(configs: Sequence[Config], chooser: Callable[[Config, Sequence[Config]], Choice],
+          every: Sequence[Config] = ()) -> list[dict[str, Any]]:
     """One row per config: family, key, chosen lrs, regret (inf when the chooser gave no lr), cost, and the
-    predicted and achieved outcome per grid lr where the chooser predicts them."""
-    rows = []
+    predicted and achieved outcome per grid lr where the chooser predicts them. The chooser sees ``configs`` and
+    ``every`` (configs it may fit on, never scored)."""
+    rows, seen = [], [*configs, *every]
     for c in configs:
-        ch = chooser(c, configs)
+        ch = chooser(c, seen)
         regret = ch["loss"] - c.best if "loss" in ch else c.regret(ch["lrs"]) if ch["lrs"] else math.inf
         rows.append({"family": c.family, "key": c.key, "lrs": list(ch["lrs"]), "cost": ch["cost"], "regret": regret,
                      "said": ch.get("said"), "achieved": c.outcomes(), "note": ch.get("note", ""),
@@ -493,6 +543,28 @@ def outcome_accuracy(rows: Sequence[dict[str, Any]]) -> float | None:
     if not judged:
         return None
     return balanced_accuracy(sum((r["said"] for r in judged), []), sum((r["achieved"] for r in judged), []))
+
+
+TARGETS = {"≤ 0.05 on ≥ 80 %": lambda s, acc: s["near"] >= 0.8, "mean ≤ 0.05": lambda s, acc: s["mean"] <= NEAR,
+           "outcomes ≥ 0.8": lambda s, acc: acc is not None and acc >= 0.8,
+           "cost ≤ 0.5": lambda s, acc: s["cost"] <= PROXY_BUDGET,
+           "every config answered": lambda s, acc: s["answered"]}
+
+
+def targets(rows: Sequence[dict[str, Any]]) -> dict[str, bool]:
+    """Which of `TARGETS` a chooser's rows meet: regret ≤ `NEAR` on at least 80 % of configs, mean regret ≤ `NEAR`,
+    outcome balanced accuracy ≥ 0.8 (a chooser that predicts none fails it), median cost ≤ `PROXY_BUDGET` runs, a
+    finite regret on every config."""
+    s = {**summary(rows), "answered": all(math.isfinite(r["regret"]) for r in rows)}
+    return {name: bool(met(s, outcome_accuracy(rows))) for name, met in TARGETS.items()}
+
+
+def targets_table(results: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown, one row per chooser: each of `targets` met (yes) or not (no)."""
+    lines = ["| chooser | " + " | ".join(TARGETS) + " |", "|---|" + "---|" * len(TARGETS)]
+    lines += [f"| {name} | " + " | ".join("yes" if met else "no" for met in targets(rows).values()) + " |"
+              for name, rows in results.items()]
+    return "\n".join(lines)
 
 
 def overall(results: dict[str, list[dict[str, Any]]]) -> str:
@@ -531,6 +603,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--choosers", nargs="+", default=["fixed", "pair", "fixed-hindsight", "pair-hindsight"])
     p.add_argument("--families", nargs="+", default=None)
     p.add_argument("--families-dir", default=str(FAMILIES_DIR), help="the families' sweep files")
+    p.add_argument("--reference", default=None, help="a benchmark JSON (--json) whose configs of other families "
+                   "the choosers may fit on, never scored")
     p.add_argument("--json", default=None, help="also write every config's rows as JSON")
     p.add_argument("--table", default=None, help="also write the calibration table of every config (`calibration`)")
     p.add_argument("--schedules", default=None, help="also write the halving schedules' scores (`schedule_table`) "
@@ -545,11 +619,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         save_table(calibration_table(configs, runs / "choosers"), Path(args.table))
     if args.schedules:
         write_schedules(schedule_table(configs, runs / "choosers"), len(configs), Path(args.schedules))
-    results = {n: score(configs, c) for n, c in choosers(runs / "choosers", args.choosers).items()}
-    print(overall(results), by_family(configs, results), sep="\n\n")
+    scored = {c.family for c in configs}
+    every = [c for c in load_json(Path(args.reference)) if c.family not in scored] if args.reference else []
+    results = {n: score(configs, c, every) for n, c in choosers(runs / "choosers", args.choosers).items()}
+    print(overall(results), by_family(configs, results), targets_table(results), sep="\n\n")
     if args.json:
-        Path(args.json).write_text(json.dumps({"configs": [c.__dict__ for c in configs], "results": results},
-                                              indent=1))
+        fitted = {"reference": args.reference, "reference_families": sorted({c.family for c in every})} if every else {}
+        write_atomic(Path(args.json), json.dumps({"configs": [c.__dict__ for c in configs], **fitted,
+                                                   "results": results}, indent=1))
 
 
 if __name__ == "__main__":
