@@ -52,6 +52,7 @@ from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
 from ..train.trainer import EVAL_STREAM
 from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
+from .invariance import scale_invariant_weights
 from .probe import FORWARD, Group, Probe, last_corr, probe
 from .rule import Rule, decide, limits, outcome, schedule_area
 
@@ -90,6 +91,7 @@ class Advice:
     probe: Probe = field(repr=False)
     caveat: str = ""                                  # what the rule's calibration cannot vouch for ("" none)
     unmapped: str | None = None                       # why the maps' exponents are missing (None: they are not)
+    scale_invariant: tuple[str, ...] = ()             # weights without a stable bound (`invariance`)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON schema of ``sigprop advise --json``, plus the report's fields under ``report``."""
@@ -126,7 +128,16 @@ class Advice:
             rows.append(f"caveat: {self.caveat}")
         if self.unmapped:
             rows.append(f"the maps' exponents (nan above) are missing: {self.unmapped}")
+        if self.scale_invariant:
+            rows.append(unbounded_note(self.scale_invariant))
         return "\n".join(rows)
+
+
+def unbounded_note(kinds: Sequence[str]) -> str:
+    """The report's line for a stack with scale-invariant weights (`sigprop.advice.invariance`)."""
+    return (f"no stable bound: weights whose scale a norm removes ({', '.join(kinds)}) lower their own effective "
+            "lr as they grow, so lrs above the max stable lr may train; on the lr benchmark's qk-norm stacks the "
+            "bound is 10-100x low (docs/advise.md)")
 
 
 def _finite(x: Any) -> Any:
@@ -360,7 +371,8 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
         grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=last_corr(p.records),
         logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
-        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p, caveat=rule.caveat)
+        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p, caveat=rule.caveat,
+        scale_invariant=scale_invariant_weights(inputs.model))
 
 
 def write_json(advice: Advice, path: str | Path) -> None:

@@ -5,7 +5,7 @@ choose a learning rate scored on it, leave-one-family-out.
     python -m sigprop.advice.benchmark --runs runs/advise-bench     # the table (choosers cached per config)
     python -m sigprop.advice.benchmark --runs runs/advise-bench --table src/sigprop/advice/data/calibration.json
     python -m sigprop.advice.benchmark --runs runs/advise-bench --schedules src/sigprop/advice/data/halving_scores.py
-    python -m sigprop.advice.benchmark --runs runs/advise-bench --families modern --reference docs/results/lr-benchmark.json
+    python -m sigprop.advice.benchmark --families modern --reference docs/results/lr-benchmark.json
 
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*

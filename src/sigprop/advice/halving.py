@@ -147,11 +147,15 @@ class HalvingAdvice:
 
     def table(self) -> str:
         """The terminal table."""
+        from .advise import unbounded_note
+
         rows = [f"successive halving: {self.schedule}, centred on the rule's lr at init "
                 f"{self.target.recommended_lr:.3g}" if self.target else self.schedule]
         rows += [f"  rung {r['rung']:g} (step {r['step']:.0f})  lr {r['lr']:10.3g}  train loss {r['loss']:.4f}"
                  for r in self.rungs]
         rows.append(f"recommended lr       {self.recommended_lr:.3g}")
+        if self.target is not None and self.target.scale_invariant:
+            rows.append(unbounded_note(self.target.scale_invariant) + "; the bracket is centred below that bound")
         if self.collapsed:
             rows.append("the run's stack is rank-collapsed at init: it stalls at every lr (nothing trained)")
         else:
