@@ -88,6 +88,7 @@ def test_a_chooser_that_fails_on_a_config_gives_no_answer_there_and_is_retried(t
     assert score([c], lambda *_: NO_ANSWER)[0]["regret"] == math.inf
 
 
+@pytest.mark.slow
 def test_advise_lofo_decides_each_config_by_the_rule_fitted_on_the_other_families(tmp_path):
     """The refitted chooser reads each config's probe from the cache (its runs from the config) and applies the rule
     fitted on the other family alone; the families' best lrs sit at different multiples of their output-change scale,
@@ -116,6 +117,7 @@ def test_advise_lofo_decides_each_config_by_the_rule_fitted_on_the_other_familie
         assert d.recommended != pytest.approx(x.decide(every).recommended, rel=0.1)
 
 
+@pytest.mark.slow
 def test_halving_keeps_the_arm_its_rungs_read_off_the_grid_runs_by_the_schedule_the_other_families_choose(tmp_path):
     """The halving chooser centres each config's bracket on the grid lr nearest the rule refitted without its family,
     reads every arm's rung loss off that grid run's training losses, and halves by the schedule of least mean regret

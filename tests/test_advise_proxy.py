@@ -46,7 +46,7 @@ def test_a_budget_must_be_positive_and_pay_for_the_smallest_proxy(tmp_path, caps
     assert "--budget -1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("depth", [2, 4])
+@pytest.mark.parametrize("depth", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_the_transfer_ratio_of_a_mup_pair_that_differs_in_width_is_near_one(tmp_path, depth):
     """μP keeps the first step's output and layer changes per unit lr as width grows, so their ratio tends to 1; at
     the finite widths 64 and 256 it is within 0.6–1.25 at depths 2 and 4 (one held-out batch), while the standard

@@ -131,6 +131,7 @@ def _loaded(code: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_simulate_imports_nothing_above_the_theory_and_the_simulators(tmp_path):
     assert _loaded("import sigprop.simulate.commands\nimport sigprop.cli") == []
     run = (f"from sigprop.cli import main\nassert main(['simulate', 'sde', '--paths', '4', '--steps', '2', '--chunk', "

@@ -40,6 +40,7 @@ def test_initial_covariance_is_exact_and_runs_are_deterministic():
 
 @pytest.mark.parametrize("block, params", [pytest.param("shaped", {"gamma": 0.5}, marks=pytest.mark.slow),
                                            ("preln", {})])
+@pytest.mark.slow
 def test_row_space_sampler_has_the_law_of_full_weights(block, params):
     kw = dict(width=64, depth=16, samples=400, **params)
     weights = ensemble.simulate(block, V0, seed=1, method="weights", **kw)[:, -1]

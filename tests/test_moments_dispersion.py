@@ -48,6 +48,7 @@ def test_layernorm_backward_reads_the_norm_dispersion() -> None:
     assert gaussian / emp < 0.85, gaussian / emp
 
 
+@pytest.mark.slow
 def test_linear_relu_linear_carry_the_norm_dispersion() -> None:
     """Scale-mixture tokens (e = 0.1, width 32) through Linear(32, 64), ReLU, Linear(64, 32) with fresh Gaussian
     weights per sample: the squared norm's relative variance Var|x|²/(E|x|²)² after each map within 4 s.e. + 2 %

@@ -219,6 +219,7 @@ def test_gram_recursion_of_192_blocks_samples_every_block_bit_for_bit(post, atte
         assert (got[-1][0] - other[-1][0]).abs().max().item() > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("post", [False, True])
 def test_gram_recursion_sampled_every_k_blocks_agrees_within_monte_carlo_error(post):
     """400 causal blocks at β² = 1e-3 (k = 10): the gains G_l and mean correlations r_l of the recursion sampled every

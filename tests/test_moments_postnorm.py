@@ -59,6 +59,7 @@ def check(post: PostNormResidual, m: Moments, g: Moments, emp: tuple[float, floa
     assert abs(post.bwd(m, g).grad_var - var) > tol, post.bwd(m, g).grad_var / var - 1
 
 
+@pytest.mark.slow
 def test_radial_constraint_on_a_homogeneous_ffn(monkeypatch: pytest.MonkeyPatch) -> None:
     """ReLU FFN branch (b = 1): the gradient variance carries 1 − δ/(d − 2) and the hidden |h|² fluctuation
     raises E[1/K]; without both the map is ~2% high at d = 32."""

@@ -125,6 +125,7 @@ def dslm_moments(placement: str, networks: int) -> tuple[np.ndarray, np.ndarray]
     return np.array(branches).mean(0), grad / grad[-1]
 
 
+@pytest.mark.slow
 def test_dslm_keeps_the_branch_before_its_output_norm_at_one():
     """DSLM under "out" and "sandwich" (`sigprop.schemes.dslm`): the branch before its output norm has variance σ_f²
     with median in [0.9, 1.1] over the attention and over the MLP sublayers (the output norm is then an identity in
