@@ -52,7 +52,7 @@ from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
 from ..train.trainer import EVAL_STREAM
 from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
-from .invariance import scale_invariant_weights
+from .invariance import invariant_parameters, scale_invariant_weights
 from .probe import FORWARD, Group, Probe, last_corr, probe
 from .rule import Rule, decide, limits, outcome, schedule_area
 
@@ -92,6 +92,7 @@ class Advice:
     caveat: str = ""                                  # what the rule's calibration cannot vouch for ("" none)
     unmapped: str | None = None                       # why the maps' exponents are missing (None: they are not)
     scale_invariant: tuple[str, ...] = ()             # weights without a stable bound (`invariance`)
+    held_tensors: int = 0                             # invariant weight tensors the probe left still
 
     def to_json(self) -> dict[str, Any]:
         """The JSON schema of ``sigprop advise --json``, plus the report's fields under ``report``."""
@@ -128,7 +129,10 @@ class Advice:
             rows.append(f"caveat: {self.caveat}")
         if self.unmapped:
             rows.append(f"the maps' exponents (nan above) are missing: {self.unmapped}")
-        if self.scale_invariant:
+        if self.held_tensors:
+            rows.append(f"the lr scales were measured with {self.held_tensors} scale-invariant weight tensors held "
+                        "still")
+        elif self.scale_invariant:
             rows.append(unbounded_note(self.scale_invariant))
         return "\n".join(rows)
 
@@ -293,7 +297,7 @@ DEFAULT_RULE = Rule()
 def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: Sequence[float] | None = None,
            *, batches: Sequence[Any] = (), optim: OptimConfig | None = None, steps: int | None = None,
            unigram: float | None = None, hf_config: ModelConfig | None = None, rule: Rule = DEFAULT_RULE,
-           iterations: int = 3, seed: int = 0) -> Advice:
+           iterations: int = 3, seed: int = 0, hold_invariant: bool = False) -> Advice:
     """The report and lr advice (module docstring) for a run config (`RunConfig` or TOML path), or for a model
     (sigprop model, `ModelConfig`, or HF causal LM) with ``batches`` (two or more (B, T + 1) id tensors or
     `Batch` objects: the first trains, the last is held out), ``optim`` (default `OptimConfig()`), ``steps``
@@ -313,6 +317,10 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         rule: the advice's constants (`Rule`; the default is the fitted one).
         iterations: refinement passes of each lr scale's line search along the first step.
         seed: seed of the probes' random directions.
+        hold_invariant: measure the lr scales along a first step that leaves the scale-invariant weights still
+            (`sigprop.advice.invariance.invariant_parameters`, on the held-out batch): their own step turns them
+            by at most a right angle whatever the lr, so the bounds come from the weights whose scale the loss
+            sees. Not the default: the rule's constants were fitted on whole steps (docs/advise.md).
 
     Returns:
         The `Advice`: the report at init, the recommended lr with its interval, the largest stable lr and one
@@ -352,7 +360,12 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         unmapped = None
     except NotImplementedError as e:       # no exact maps: the report's exponents are left out, the advice stands
         la, lg, la_m, lg_m, unmapped = [], [], None, math.nan, one_line(e)
-    p = probe(inputs.model, inputs.groups, lm_loss(optim_cfg.z_loss), _output,
+    groups, held, held_passes = inputs.groups, (), 0.0
+    if hold_invariant:
+        held = invariant_parameters(_twin(inputs.model), _output, inputs.heldout, seed=seed)
+        groups = held_still(inputs.model, groups, held)
+        held_passes = (1 + 2 * sum(w.requires_grad and w.ndim >= 2 for w in inputs.model.parameters())) * FORWARD
+    p = probe(inputs.model, groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
               LINE_GRID, iterations=iterations, seed=seed, heldout_loss=logits_loss(optim_cfg.z_loss))
     d = decide(p, optim_cfg.beta1, run_area(optim_cfg, inputs.steps), inputs.unigram, rule)
@@ -371,8 +384,21 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         fwd_var_range=(min(r.fwd_var for r in blocks), max(r.fwd_var for r in blocks)),
         grad_spread=max(grads) / min(grads) if grads else math.nan, rank_collapse=last_corr(p.records),
         logit_growth=p.logit_growth, corr_growth=p.corr_growth, unigram_loss=inputs.unigram, init_loss=p.loss0,
-        passes=p.passes + REPORT_PASSES, cost_s=time.perf_counter() - start, probe=p, caveat=rule.caveat,
-        scale_invariant=scale_invariant_weights(inputs.model))
+        passes=p.passes + REPORT_PASSES + held_passes, cost_s=time.perf_counter() - start, probe=p,
+        caveat=rule.caveat, scale_invariant=scale_invariant_weights(inputs.model), held_tensors=len(held))
+
+
+def held_still(model: nn.Module, groups: Sequence[Group], names: Sequence[str]) -> list[Group]:
+    """``groups`` with the parameters of ``model`` named in ``names`` moved to groups of lr multiplier 0 (AdamW's
+    first step leaves them where they are; each keeps its ε and weight decay)."""
+    still = {id(w) for n, w in model.named_parameters() if n in set(names)}
+    out = []
+    for g in groups:
+        for params, mult in (([w for w in g.params if id(w) not in still], g.lr_mult),
+                             ([w for w in g.params if id(w) in still], 0.0)):
+            if params:
+                out.append(Group(params, mult, g.eps, g.weight_decay))
+    return out
 
 
 def write_json(advice: Advice, path: str | Path) -> None:

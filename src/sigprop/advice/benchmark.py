@@ -23,12 +23,13 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 (`sigprop.advice.range_test`: one run of the config's steps with the lr ramped; the min-loss / 10 pick; cost 1);
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; it keeps one step size for every group, so a config whose scheme
 sets per-role lrs, μP's or CompleteP's, is marked);
-``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-lofo`` — the
-same rule with its constants refitted by `sigprop.advice.fit` on every other family's configs (their probes and runs,
-`calibration`; the shipped constants are fitted on every family, the scored one's included); ``advise-proxy`` —
-`sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the output-change scale
-(``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change, the first of them as
-`sigprop advise --method proxy` trains it;
+``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-invariant`` —
+the same with its lr scales measured with the scale-invariant weights held still (``hold_invariant``);
+``advise-lofo`` — the same rule with its constants refitted by `sigprop.advice.fit` on every other family's configs
+(their probes and runs, `calibration`; the shipped constants are fitted on every family, the scored one's included);
+``advise-proxy`` — `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the
+output-change scale (``advise-proxy-layer``, ``advise-proxy-median``: by the largest or the median layer's change,
+the first of them as `sigprop advise --method proxy` trains it;
 ``advise-proxy-direct``: the proxy's lrs unchanged, ratio 1; all on the same proxy runs); ``advise-proxy-deep`` —
 the same with a proxy of the config's depth, only narrower (its steps cut where even the narrowest does not fit
 half a run), carried by the layer-change scale across width alone; ``advise-proxy-pair`` —
@@ -227,17 +228,19 @@ def range_test(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
     return choose
 
 
-def advise_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
-    """`advise`'s recommended lr (cost: its wall seconds over one training run's), with its outcome per grid lr."""
+def advise_chooser(cache: Path, hold_invariant: bool = False) -> Callable[[Config, Sequence[Config]], Choice]:
+    """`advise`'s recommended lr (cost: its wall seconds over one training run's), with its outcome per grid lr;
+    ``hold_invariant``: its lr scales measured with the scale-invariant weights held still."""
     from .advise import advise
 
     def compute(c: Config) -> dict[str, Any]:
         try:
-            a = advise(_cfg(c, cache / "tmp"), lrs=list(c.lrs))
+            a = advise(_cfg(c, cache / "tmp"), lrs=list(c.lrs), hold_invariant=hold_invariant)
         except (NotImplementedError, ValueError) as e:
             return {"lr": None, "error": " ".join(str(e).split()), "cost_s": 0.0, "outcomes": None}
-        return {"lr": a.recommended_lr, "cost_s": a.cost_s, "outcomes": [p["outcome"] for p in a.predictions]}
-    cached = _cached("advise", compute, cache)
+        return {"lr": a.recommended_lr, "cost_s": a.cost_s, "outcomes": [p["outcome"] for p in a.predictions],
+                "held": a.held_tensors}
+    cached = _cached("advise-invariant" if hold_invariant else "advise", compute, cache)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         r = cached(c, every)
@@ -494,7 +497,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
              "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None,
-             "halving": None, "halving-shipped": None}
+             "halving": None, "halving-shipped": None, "advise-invariant": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -505,7 +508,8 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-direct": lambda: proxy_chooser(cache, None),
             "advise-proxy-deep": lambda: proxy_chooser(cache, "layer change", keep_depth=True),
             "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache),
-            "halving": lambda: halving_chooser(cache), "halving-shipped": lambda: shipped_halving_chooser(cache)}
+            "halving": lambda: halving_chooser(cache), "halving-shipped": lambda: shipped_halving_chooser(cache),
+            "advise-invariant": lambda: advise_chooser(cache, hold_invariant=True)}
     return {n: every[n] or made[n]() for n in names}
 
 

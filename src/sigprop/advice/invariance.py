@@ -1,9 +1,12 @@
 r"""Weights whose scale a norm removes, for which the rule at init has no stable bound.
 
 A weight W is *scale-invariant* when every path from it to the loss passes a norm that removes its scale:
-L(cW) = L(W) for every c > 0. Here: W_Q and W_K under qk-norm (each head's queries and keys normalized), and a
-branch's output projection (W_O, W_down) under a norm on the branch's output (placements "out" and "sandwich",
-x + N(W h): N(cWh) = N(Wh) up to the norm's ε).
+L(cW) = L(W) for every c > 0. Here: W_Q and W_K under qk-norm (each head's queries and keys normalized), and,
+under a norm on the branch's output (placements "out" and "sandwich", x + N(b(x))), every weight on a positively
+homogeneous path to that norm: N(c b) = N(b) up to the norm's ε, and b scales with W_O and W_V (attention is
+linear in its values), with W_down, and with W_up under ReLU or the linear half of a GLU; not with a GLU's gate
+under SiLU/GELU, which is not homogeneous. `scale_invariant_weights` names the kinds from the modules;
+`invariant_parameters` measures which tensors are, on the model itself.
 
 What the rule at init misses there. Euler's relation gives ⟨∇_W L, W⟩ = 0, so a step W' = W − η u with u ⟂ W
 turns W by the angle θ = arctan(η‖u‖/‖W‖) and grows its norm, ‖W'‖² = ‖W‖² + η²‖u‖². Adam's first updates are
@@ -20,9 +23,14 @@ stacks: on the lr benchmark's qk-norm families it is 10–100× below the larges
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import torch
 from torch import nn
 
 from ..models.adapter import adapter_of
+
+INVARIANCE_TOL = 0.05      # a weight is invariant when doubling it moves the output this little against a kick
 
 
 def scale_invariant_weights(model: nn.Module) -> tuple[str, ...]:
@@ -40,4 +48,30 @@ def scale_invariant_weights(model: nn.Module) -> tuple[str, ...]:
     return tuple(found)
 
 
-__all__ = ["scale_invariant_weights"]
+@torch.no_grad()
+def invariant_parameters(model: nn.Module, output_fn: Callable[[nn.Module, Any], torch.Tensor], batch: Any,
+                         tol: float = INVARIANCE_TOL, seed: int = 0) -> tuple[str, ...]:
+    """The names of ``model``'s trainable weight tensors (two or more dimensions) that the output does not scale
+    with, measured on ``batch`` at the current parameters (the model is left as it is): W is invariant when
+    ‖f(2W) − f(W)‖ ≤ ``tol`` · ‖f(W + rms(W) Z) − f(W)‖, Z standard normal (seeded), f = ``output_fn``. The kick
+    is as large as W itself, so the test compares a pure rescaling with a change of the same size that also turns
+    W. A norm's ε keeps N(cb) = N(b) from holding exactly: a branch output small against √ε fails the test, as it
+    should (its norm then scales it), and a GLU's gate under SiLU or GELU fails it (not homogeneous)."""
+    gen = torch.Generator().manual_seed(seed)
+    base = output_fn(model, batch).double()
+    found = []
+    for name, w in model.named_parameters():
+        if not w.requires_grad or w.ndim < 2:
+            continue
+        saved = w.detach().clone()
+        w.mul_(2.0)
+        scaled = (output_fn(model, batch).double() - base).norm()
+        w.copy_(saved + torch.randn(w.shape, generator=gen, dtype=w.dtype) * saved.square().mean().sqrt())
+        kicked = (output_fn(model, batch).double() - base).norm()
+        w.copy_(saved)
+        if scaled <= tol * kicked:
+            found.append(name)
+    return tuple(found)
+
+
+__all__ = ["INVARIANCE_TOL", "invariant_parameters", "scale_invariant_weights"]
