@@ -100,3 +100,16 @@ def test_holding_the_invariant_weights_still_raises_the_advice_only_where_there_
     assert "held still" in held.table()
     whole, held = advice["pre"]
     assert held.held_tensors == 0 and held.recommended_lr == whole.recommended_lr
+
+
+def test_a_glu_gate_is_not_invariant():
+    """Gemma 3 (sandwich norms, qk-norm, GeGLU): W_Q, W_K, W_V, W_O and the GLU's linear half and W_down are
+    invariant, its gate (GELU, not homogeneous) and the embedding not."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ids = torch.randint(0, SIZES["vocab_size"], (4, SIZES["max_seq_len"]))
+
+    model = build_model(ModelConfig(**{**SIZES, "d_model": 256, "n_layers": 1}, hf_family="gemma3_text")).double()
+    found = invariant_parameters(model, lambda m, x: m(x).logits, ids)
+    assert sorted(n.split(".")[-2] for n in found) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "up_proj",
+                                                              "down_proj"])

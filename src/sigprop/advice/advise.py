@@ -58,6 +58,7 @@ from .rule import Rule, decide, limits, outcome, schedule_area
 
 REPORT_PASSES = 1 + FORWARD                             # the report's measured λ_g (a pass) and λ_a (a forward)
 LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
+INVARIANCE_PROJECTIONS = 3                             # backward passes of `invariant_parameters`
 
 
 @dataclass(frozen=True)
@@ -362,9 +363,10 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         la, lg, la_m, lg_m, unmapped = [], [], None, math.nan, one_line(e)
     groups, held, held_passes = inputs.groups, (), 0.0
     if hold_invariant:
-        held = invariant_parameters(_twin(inputs.model), _output, inputs.heldout, seed=seed)
+        held = invariant_parameters(_twin(inputs.model), _output, inputs.heldout, projections=INVARIANCE_PROJECTIONS,
+                                    seed=seed)
         groups = held_still(inputs.model, groups, held)
-        held_passes = (1 + 2 * sum(w.requires_grad and w.ndim >= 2 for w in inputs.model.parameters())) * FORWARD
+        held_passes = FORWARD + INVARIANCE_PROJECTIONS
     p = probe(inputs.model, groups, lm_loss(optim_cfg.z_loss), _output,
               _records_fn(inputs.model, inputs.heldout), inputs.train, inputs.heldout,
               LINE_GRID, iterations=iterations, seed=seed, heldout_loss=logits_loss(optim_cfg.z_loss))

@@ -24,7 +24,8 @@ Choosers (`CHOOSERS`): ``fixed`` — the grid lr of least mean regret over every
 ``prodigy`` — one run with Prodigy at lr 1 (cost 0; it keeps one step size for every group, so a config whose scheme
 sets per-role lrs, μP's or CompleteP's, is marked);
 ``advise`` — `sigprop.advice.advise`'s rule at init (cost: its wall seconds over one run's); ``advise-invariant`` —
-the same with its lr scales measured with the scale-invariant weights held still (``hold_invariant``);
+the same with its lr scales measured with the scale-invariant weights held still (``hold_invariant``), and
+``halving-invariant`` ``halving-shipped`` centred on its lr;
 ``advise-lofo`` — the same rule with its constants refitted by `sigprop.advice.fit` on every other family's configs
 (their probes and runs, `calibration`; the shipped constants are fitted on every family, the scored one's included);
 ``advise-proxy`` — `sigprop.advice.proxy`, the proxy trained over a short grid within half a run, carried by the
@@ -370,15 +371,16 @@ def halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]
     return choose
 
 
-def shipped_halving_chooser(cache: Path) -> Callable[[Config, Sequence[Config]], Choice]:
+def shipped_halving_chooser(cache: Path, hold_invariant: bool = False
+                            ) -> Callable[[Config, Sequence[Config]], Choice]:
     """Successive halving as `sigprop advise` runs it at its default budget `PROXY_BUDGET`: the shipped schedule
     (`sigprop.advice.halving.schedule_for`) and the shipped rule's lr at init as the centre (the ``advise``
-    chooser's probe), read off the grid runs (`halve_on_grid`). Fitted on the families the shipped data were made
-    from: held out only for a family outside them. Cost: the schedule's extra runs plus the probe's wall time over
-    one run's; outcomes: the rule's."""
+    chooser's probe, or ``advise-invariant``'s with ``hold_invariant``), read off the grid runs (`halve_on_grid`).
+    Fitted on the families the shipped data were made from: held out only for a family outside them. Cost: the
+    schedule's extra runs plus the probe's wall time over one run's; outcomes: the rule's."""
     from .halving import schedule_for
 
-    probe, schedule = advise_chooser(cache), schedule_for(PROXY_BUDGET)
+    probe, schedule = advise_chooser(cache, hold_invariant), schedule_for(PROXY_BUDGET)
 
     def choose(c: Config, every: Sequence[Config]) -> Choice:
         a = probe(c, every)
@@ -497,7 +499,7 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
              "pair-hindsight": fixed(2, True), "range-test": None, "advise": None, "prodigy": None,
              "advise-proxy": None, "advise-proxy-layer": None, "advise-proxy-median": None,
              "advise-proxy-direct": None, "advise-proxy-pair": None, "advise-lofo": None, "advise-proxy-deep": None,
-             "halving": None, "halving-shipped": None, "advise-invariant": None}
+             "halving": None, "halving-shipped": None, "advise-invariant": None, "halving-invariant": None}
     unknown = sorted(set(names) - set(every))
     if unknown:
         raise ValueError(f"unknown chooser(s) {unknown}; valid: {sorted(every)}")
@@ -509,7 +511,8 @@ def choosers(cache: Path, names: Sequence[str]) -> dict[str, Callable[[Config, S
             "advise-proxy-deep": lambda: proxy_chooser(cache, "layer change", keep_depth=True),
             "advise-proxy-pair": lambda: pair_proxy_chooser(cache), "advise-lofo": lambda: lofo_chooser(cache),
             "halving": lambda: halving_chooser(cache), "halving-shipped": lambda: shipped_halving_chooser(cache),
-            "advise-invariant": lambda: advise_chooser(cache, hold_invariant=True)}
+            "advise-invariant": lambda: advise_chooser(cache, hold_invariant=True),
+            "halving-invariant": lambda: shipped_halving_chooser(cache, hold_invariant=True)}
     return {n: every[n] or made[n]() for n in names}
 
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from ..models.adapter import adapter_of
 
-INVARIANCE_TOL = 0.05      # a weight is invariant when doubling it moves the output this little against a kick
+INVARIANCE_TOL = 0.05      # ⟨∇_W f, W⟩ against ∇_W f along a random direction of W's scale (`invariant_parameters`)
 
 
 def scale_invariant_weights(model: nn.Module) -> tuple[str, ...]:
@@ -48,30 +48,29 @@ def scale_invariant_weights(model: nn.Module) -> tuple[str, ...]:
     return tuple(found)
 
 
-@torch.no_grad()
 def invariant_parameters(model: nn.Module, output_fn: Callable[[nn.Module, Any], torch.Tensor], batch: Any,
-                         tol: float = INVARIANCE_TOL, seed: int = 0) -> tuple[str, ...]:
+                         tol: float = INVARIANCE_TOL, projections: int = 3, seed: int = 0) -> tuple[str, ...]:
     """The names of ``model``'s trainable weight tensors (two or more dimensions) that the output does not scale
-    with, measured on ``batch`` at the current parameters (the model is left as it is): W is invariant when
-    ‖f(2W) − f(W)‖ ≤ ``tol`` · ‖f(W + rms(W) Z) − f(W)‖, Z standard normal (seeded), f = ``output_fn``. The kick
-    is as large as W itself, so the test compares a pure rescaling with a change of the same size that also turns
-    W. A norm's ε keeps N(cb) = N(b) from holding exactly: a branch output small against √ε fails the test, as it
-    should (its norm then scales it), and a GLU's gate under SiLU or GELU fails it (not homogeneous)."""
+    with, measured on ``batch`` at the current parameters by Euler's relation: f(cW) = f(W) for all c makes
+    d f(cW)/dc = ⟨∇_W f, W⟩ vanish. For ``projections`` random directions r (standard normal, seeded) of the
+    output f = ``output_fn``, g = ∇_W ⟨r, f⟩ by one backward pass each, and W is invariant when every
+    |⟨g, W⟩| ≤ ``tol`` · ‖g‖ rms(W): the derivative along W against its typical size along a random direction of
+    W's own scale (a random Z of i.i.d. entries, rms(W) each, gives ⟨g, Z⟩ of standard deviation ‖g‖ rms(W)).
+    A norm's ε keeps ⟨g, W⟩ from vanishing exactly: a branch output small against √ε fails the test, as it
+    should (its norm then scales it), and so does a GLU's gate under SiLU or GELU (not homogeneous). Cost: one
+    forward and ``projections`` backward passes."""
+    weights = {n: w for n, w in model.named_parameters() if w.requires_grad and w.ndim >= 2}
     gen = torch.Generator().manual_seed(seed)
-    base = output_fn(model, batch).double()
-    found = []
-    for name, w in model.named_parameters():
-        if not w.requires_grad or w.ndim < 2:
-            continue
-        saved = w.detach().clone()
-        w.mul_(2.0)
-        scaled = (output_fn(model, batch).double() - base).norm()
-        w.copy_(saved + torch.randn(w.shape, generator=gen, dtype=w.dtype) * saved.square().mean().sqrt())
-        kicked = (output_fn(model, batch).double() - base).norm()
-        w.copy_(saved)
-        if scaled <= tol * kicked:
-            found.append(name)
-    return tuple(found)
+    out = output_fn(model, batch)
+    invariant = dict.fromkeys(weights, True)
+    for k in range(projections):
+        r = torch.randn(out.shape, generator=gen, dtype=out.dtype)
+        grads = torch.autograd.grad((r * out).sum(), list(weights.values()), retain_graph=k < projections - 1,
+                                    allow_unused=True)
+        for (name, w), g in zip(weights.items(), grads):
+            size = 0.0 if g is None else float(g.norm() * w.detach().square().mean().sqrt())
+            invariant[name] &= size > 0 and abs(float((g * w.detach()).sum())) <= tol * size
+    return tuple(n for n, yes in invariant.items() if yes)
 
 
 __all__ = ["INVARIANCE_TOL", "invariant_parameters", "scale_invariant_weights"]
