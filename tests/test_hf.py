@@ -3,6 +3,8 @@ import dataclasses
 import importlib
 import math
 import statistics
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -727,3 +729,17 @@ def test_predict_refuses_what_it_cannot_map():
     padded = bert(1, pad_token_id=0)
     with pytest.raises(NotImplementedError, match="padding id 0"):
         hf.predict(padded, torch.zeros(1, 8, dtype=torch.long))
+
+
+@pytest.mark.slow
+def test_a_meta_build_first_leaves_the_next_models_initialized_by_their_family():
+    """In a fresh process whose first `transformers` model is built on the meta device, the next one built for real
+    still gets its family's init (embedding std 0.02), not torch's defaults (std 1): the meta build must not patch
+    the initializers that library keeps from its first import."""
+    code = ("import torch; from sigprop import ModelConfig, build_model; "
+            "cfg = ModelConfig(vocab_size=64, d_model=64, n_layers=1, n_heads=4, max_seq_len=16, hf_family='qwen3'); "
+            "build_model(cfg, 'meta'); torch.manual_seed(0); "
+            "print(float(build_model(cfg).model.embed_tokens.weight.detach().std()))")
+    std = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                .stdout.split()[-1])
+    assert abs(std - 0.02) < 0.002

@@ -41,8 +41,10 @@ def gc_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _on_meta() -> Iterator[None]:
-    """Construct modules on the meta device, with torch's default initializers skipped (they are replaced by
-    `initialize` anyway, and on meta tensors they only cost time)."""
+    """Construct sigprop's modules on the meta device, with torch's default initializers skipped (they are replaced
+    by `initialize` anyway, and on meta tensors they only cost time). Not for a `transformers` model: that library
+    keeps the initializers it finds at its first import, so patching them while it first loads would leave every
+    model it builds later in the process uninitialized."""
     saved = {name: getattr(nn.init, name) for name in _TORCH_INITS}
     for name in _TORCH_INITS:
         setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
@@ -90,7 +92,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None,
     if batch is not None and meta:
         raise ValueError("build_model: a batch needs real weights to run on; it cannot be used with device='meta'")
     if meta:
-        context = _on_meta()
+        context = _on_meta() if cfg.hf_family is None else torch.device("meta")
     else:
         context = torch.device(device) if device is not None else contextlib.nullcontext()
     with gc_paused():
