@@ -7,6 +7,9 @@ choose a learning rate scored on it, leave-one-family-out.
     python -m sigprop.advice.benchmark --runs runs/advise-bench --schedules src/sigprop/advice/data/halving_scores.py
     python -m sigprop.advice.benchmark --families modern --reference docs/results/lr-benchmark.json
 
+Without ``--families`` it loads `FITTED_FAMILIES`, the families the shipped data (`data/calibration.json`,
+`data/halving_scores.py`) were made from; the others are held out from all of it.
+
 A *config* is a sweep point without its lr and seed. Its runs over the grid give its final validation loss at every
 lr (a diverged run counts its initial loss: it ends no better than it started) and its *stall level*
 (`unigram_loss`: the loss of the training split's token frequencies, or of its class prior for a classifier).
@@ -75,6 +78,8 @@ if TYPE_CHECKING:
     from .fit import Case
 
 FAMILIES_DIR = Path(__file__).resolve().parents[3] / "configs" / "advise_bench"
+FITTED_FAMILIES = ("completep", "decoder", "encdec", "encoder", "hf-gpt2", "hf-llama", "horizon-1000", "horizon-150",
+                   "mup", "schemes", "vit", "wide")       # the families the shipped data were made from
 NEAR = 0.05             # a regret at most this (nats) counts as "near the best"
 PROXY_BUDGET = 0.5      # the proxy's compute, in training runs of the config (`sigprop advise`'s default)
 
@@ -608,7 +613,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m sigprop.advice.benchmark", description=__doc__.split("\n")[0])
     p.add_argument("--runs", default="runs/advise-bench", help="the family sweeps' parent folder")
     p.add_argument("--choosers", nargs="+", default=["fixed", "pair", "fixed-hindsight", "pair-hindsight"])
-    p.add_argument("--families", nargs="+", default=None)
+    p.add_argument("--families", nargs="+", default=list(FITTED_FAMILIES),
+                   help="the families to load and score (default: those the shipped data were made from)")
     p.add_argument("--families-dir", default=str(FAMILIES_DIR), help="the families' sweep files")
     p.add_argument("--reference", default=None, help="a benchmark JSON (--json) whose configs of other families "
                    "the choosers may fit on, never scored")
