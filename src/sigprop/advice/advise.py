@@ -52,13 +52,12 @@ from ..train.sampler import EpochSampler, generator
 from ..train.schedules import lr_at
 from ..train.trainer import EVAL_STREAM
 from .exponents import angle_exponents_measured, angle_exponents_theory, gradient_exponents, main_stack, model_exponent
-from .invariance import invariant_parameters, scale_invariant_weights
+from .invariance import INVARIANCE_PROJECTIONS, invariant_parameters, scale_invariant_weights
 from .probe import FORWARD, Group, Probe, last_corr, probe
 from .rule import Rule, decide, limits, outcome, schedule_area
 
 REPORT_PASSES = 1 + FORWARD                             # the report's measured λ_g (a pass) and λ_a (a forward)
 LINE_GRID = tuple(2.0 ** k for k in range(-12, 2))     # one-step loss profile: 2.4e-4 ... 2
-INVARIANCE_PROJECTIONS = 3                             # backward passes of `invariant_parameters`
 
 
 @dataclass(frozen=True)
@@ -363,8 +362,7 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
         la, lg, la_m, lg_m, unmapped = [], [], None, math.nan, one_line(e)
     groups, held, held_passes = inputs.groups, (), 0.0
     if hold_invariant:
-        held = invariant_parameters(_twin(inputs.model), _output, inputs.heldout, projections=INVARIANCE_PROJECTIONS,
-                                    seed=seed)
+        held = invariant_parameters(_twin(inputs.model), _output, inputs.heldout, seed=seed)
         groups = held_still(inputs.model, groups, held)
         held_passes = FORWARD + INVARIANCE_PROJECTIONS
     p = probe(inputs.model, groups, lm_loss(optim_cfg.z_loss), _output,
@@ -393,13 +391,15 @@ def advise(model_or_cfg: RunConfig | str | Path | nn.Module | ModelConfig, lrs: 
 def held_still(model: nn.Module, groups: Sequence[Group], names: Sequence[str]) -> list[Group]:
     """``groups`` with the parameters of ``model`` named in ``names`` moved to groups of lr multiplier 0 (AdamW's
     first step leaves them where they are; each keeps its ε and weight decay)."""
-    still = {id(w) for n, w in model.named_parameters() if n in set(names)}
+    held = set(names)
+    still = {id(w) for n, w in model.named_parameters() if n in held}
     out = []
     for g in groups:
-        for params, mult in (([w for w in g.params if id(w) not in still], g.lr_mult),
-                             ([w for w in g.params if id(w) in still], 0.0)):
-            if params:
-                out.append(Group(params, mult, g.eps, g.weight_decay))
+        moving, kept = [], []
+        for w in g.params:
+            (kept if id(w) in still else moving).append(w)
+        out += [Group(params, mult, g.eps, g.weight_decay) for params, mult in ((moving, g.lr_mult), (kept, 0.0))
+                if params]
     return out
 
 

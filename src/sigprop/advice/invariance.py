@@ -30,6 +30,7 @@ from torch import nn
 
 from ..models.adapter import adapter_of
 
+INVARIANCE_PROJECTIONS = 3   # random output projections, one backward pass each (`invariant_parameters`)
 INVARIANCE_TOL = 0.05      # ⟨∇_W f, W⟩ against ∇_W f along a random direction of W's scale (`invariant_parameters`)
 
 
@@ -49,7 +50,8 @@ def scale_invariant_weights(model: nn.Module) -> tuple[str, ...]:
 
 
 def invariant_parameters(model: nn.Module, output_fn: Callable[[nn.Module, Any], torch.Tensor], batch: Any,
-                         tol: float = INVARIANCE_TOL, projections: int = 3, seed: int = 0) -> tuple[str, ...]:
+                         tol: float = INVARIANCE_TOL, projections: int = INVARIANCE_PROJECTIONS,
+                         seed: int = 0) -> tuple[str, ...]:
     """The names of ``model``'s trainable weight tensors (two or more dimensions) that the output does not scale
     with, measured on ``batch`` at the current parameters by Euler's relation: f(cW) = f(W) for all c makes
     d f(cW)/dc = ⟨∇_W f, W⟩ vanish. For ``projections`` random directions r (standard normal, seeded) of the
@@ -73,4 +75,4 @@ def invariant_parameters(model: nn.Module, output_fn: Callable[[nn.Module, Any],
     return tuple(n for n, yes in invariant.items() if yes)
 
 
-__all__ = ["INVARIANCE_TOL", "invariant_parameters", "scale_invariant_weights"]
+__all__ = ["INVARIANCE_PROJECTIONS", "INVARIANCE_TOL", "invariant_parameters", "scale_invariant_weights"]
