@@ -48,8 +48,8 @@ def placements(c: Config, arms: int) -> list[float]:
 
 def regrets(c: Config, schedule: Schedule) -> list[float]:
     """Halving's regret on ``c`` by ``schedule`` for each bracket of `placements` (empty when ``c`` has no curves
-    or fewer grid lrs than arms)."""
-    if not c.curves or len(c.lrs) < schedule.arms:
+    or fewer grid lrs than arms, which leaves no bracket)."""
+    if not c.curves:
         return []
     return [c.regret([halve_on_grid(c, centre, schedule)]) for centre in placements(c, schedule.arms)]
 
